@@ -1,0 +1,98 @@
+#pragma once
+
+/// @file
+/// `Stream` and `Event`: ordered work and the points that join it, on a CUDA device or the host.
+///
+/// On a CUDA device a `Stream` is a non-blocking CUDA stream and an `Event` a CUDA event. On the
+/// host a `Stream` is a worker thread that runs tasks in the order they were enqueued, and an
+/// `Event` marks a point in that order, so code written against streams and events (communication
+/// overlapped with compute) runs the same way on both backends.
+///
+/// Both are shared handles: copies refer to the same stream or event, which is destroyed with its
+/// last copy (a host stream first finishes the work enqueued on it).
+
+#include <cohort/core/device.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace cohort {
+
+class Event;
+
+namespace detail {
+class StreamImpl;
+class EventImpl;
+}  // namespace detail
+
+class Stream {
+ public:
+  /// A new stream on `device`.
+  /// @throws InvalidArgument for a CUDA device when cohort was built without CUDA;
+  ///         CudaError when the CUDA stream cannot be created.
+  static Stream create(Device device);
+
+  /// A handle to a CUDA stream that the caller created and keeps alive for as long as the handle
+  /// is used; cohort never destroys it. `cuda_stream` is a `cudaStream_t`.
+  static Stream wrap_cuda(Device device, void* cuda_stream);
+
+  Device device() const noexcept;
+
+  /// Enqueues `task` after the work already on the stream. On the host it runs on the stream's
+  /// worker thread; on CUDA it runs on a CUDA callback thread (`cudaLaunchHostFunc`) and must not
+  /// call CUDA. A task that throws fails a host stream: later tasks are skipped and
+  /// `synchronize()` rethrows the first error.
+  void enqueue(std::function<void()> task) const;
+
+  /// Makes work enqueued on this stream from now on wait until `event` has completed, without
+  /// blocking the calling thread.
+  /// @throws InvalidArgument when the event belongs to another kind of device.
+  void wait(const Event& event) const;
+
+  /// Blocks until all work enqueued so far has finished.
+  /// @throws the first error a host task raised; CudaError for a failed CUDA stream.
+  void synchronize() const;
+
+  /// Whether all work enqueued so far has finished; never blocks.
+  bool ready() const;
+
+  /// The `cudaStream_t` of a CUDA stream; nullptr for a host stream.
+  void* native_handle() const noexcept;
+
+ private:
+  explicit Stream(std::shared_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
+  friend class Event;
+  std::shared_ptr<detail::StreamImpl> impl_;
+};
+
+class Event {
+ public:
+  /// A new event on `device`; with `timing`, `elapsed_ms` can measure between two such events.
+  static Event create(Device device, bool timing = false);
+
+  Device device() const noexcept;
+
+  /// Marks the current end of `stream`'s work; the event completes when that work has.
+  /// Recording again moves the mark.
+  /// @throws InvalidArgument when the stream belongs to another kind of device.
+  void record(const Stream& stream);
+
+  /// Whether the recorded work has finished (true for an event never recorded).
+  bool ready() const;
+
+  /// Blocks until the recorded work has finished.
+  void synchronize() const;
+
+  /// Milliseconds from `start` to `end`, both recorded, completed and created with `timing`.
+  static float elapsed_ms(const Event& start, const Event& end);
+
+  /// The `cudaEvent_t` of a CUDA event; nullptr for a host event.
+  void* native_handle() const noexcept;
+
+ private:
+  explicit Event(std::shared_ptr<detail::EventImpl> impl) : impl_(std::move(impl)) {}
+  friend class Stream;
+  std::shared_ptr<detail::EventImpl> impl_;
+};
+
+}  // namespace cohort

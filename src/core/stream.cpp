@@ -1,0 +1,247 @@
+#include "stream_impl.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/stream.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace cohort {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Host streams]
+// A host stream is one worker thread and a queue. Counters of enqueued and finished tasks give
+// `ready` and `synchronize` without tracking tasks one by one. An event is a generation counter:
+// recording enqueues a task that publishes the generation it was given, and a stream that waits
+// on the event enqueues a task that blocks until that generation is published. A generation
+// captured when `wait` is called is what CUDA's cudaStreamWaitEvent would wait for.
+
+class HostEvent final : public EventImpl, public std::enable_shared_from_this<HostEvent> {
+ public:
+  explicit HostEvent(bool timing) : timing_(timing) {}
+
+  Device device() const noexcept override { return Device::host(); }
+  void record(StreamImpl& stream) override;
+  bool ready() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= recorded_;
+  }
+  void synchronize() override { wait_for(recorded_generation()); }
+  float elapsed_ms_since(EventImpl& start) override;
+  void* native_handle() const noexcept override { return nullptr; }
+
+  std::uint64_t recorded_generation() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return recorded_;
+  }
+
+  void wait_for(std::uint64_t generation) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return completed_ >= generation; });
+  }
+
+ private:
+  friend class HostStream;
+  bool timing_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::uint64_t recorded_ = 0;
+  std::uint64_t completed_ = 0;
+  Clock::time_point completed_at_{};
+};
+
+class HostStream final : public StreamImpl {
+ public:
+  HostStream() : worker_([this] { run(); }) {}
+
+  ~HostStream() override {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    work_available_.notify_all();
+    worker_.join();
+  }
+
+  Device device() const noexcept override { return Device::host(); }
+
+  void enqueue(std::function<void()> task) override {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+      ++enqueued_;
+    }
+    work_available_.notify_one();
+  }
+
+  void wait(EventImpl& event) override {
+    auto* host_event = dynamic_cast<HostEvent*>(&event);
+    COHORT_EXPECTS(host_event != nullptr, "a host stream cannot wait on an event of " +
+                                              event.device().to_string());
+    const std::uint64_t generation = host_event->recorded_generation();
+    if (generation == 0) {
+      return;
+    }
+    enqueue([event_state = host_event->shared_from_this(), generation] {
+      event_state->wait_for(generation);
+    });
+  }
+
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::uint64_t target = enqueued_;
+    finished_.wait(lock, [&] { return completed_ >= target; });
+    if (error_) {
+      std::rethrow_exception(error_);
+    }
+  }
+
+  bool ready() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= enqueued_;
+  }
+
+  void* native_handle() const noexcept override { return nullptr; }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      work_available_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        return;  // stopping, and every task has run
+      }
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      const bool failed = error_ != nullptr;
+      lock.unlock();
+      std::exception_ptr error;
+      if (!failed) {
+        try {
+          task();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      task = nullptr;  // release captures outside the lock
+      lock.lock();
+      if (error && !error_) {
+        error_ = error;
+      }
+      ++completed_;
+      finished_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_available_;
+  std::condition_variable finished_;
+  std::deque<std::function<void()>> queue_;
+  std::uint64_t enqueued_ = 0;
+  std::uint64_t completed_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts after the state it uses exists
+};
+
+void HostEvent::record(StreamImpl& stream) {
+  COHORT_EXPECTS(dynamic_cast<HostStream*>(&stream) != nullptr,
+                 "a host event cannot be recorded on a stream of " + stream.device().to_string());
+  std::uint64_t generation;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    generation = ++recorded_;
+  }
+  stream.enqueue([self = shared_from_this(), generation] {
+    {
+      const std::lock_guard<std::mutex> lock(self->mutex_);
+      if (generation > self->completed_) {
+        self->completed_ = generation;
+        self->completed_at_ = Clock::now();
+      }
+    }
+    self->done_.notify_all();
+  });
+}
+
+float HostEvent::elapsed_ms_since(EventImpl& start) {
+  auto* host_start = dynamic_cast<HostEvent*>(&start);
+  COHORT_EXPECTS(host_start != nullptr, "elapsed_ms needs two events of the same device");
+  COHORT_EXPECTS(timing_ && host_start->timing_,
+                 "elapsed_ms needs events created with timing = true");
+  COHORT_EXPECTS(recorded_generation() > 0 && host_start->recorded_generation() > 0,
+                 "elapsed_ms needs both events recorded");
+  host_start->synchronize();
+  synchronize();
+  const std::lock_guard<std::mutex> lock_end(mutex_);
+  const std::lock_guard<std::mutex> lock_start(host_start->mutex_);
+  return std::chrono::duration<float, std::milli>(completed_at_ - host_start->completed_at_)
+      .count();
+}
+
+}  // namespace
+}  // namespace detail
+
+// ---- Stream ----
+
+Stream Stream::create(Device device) {
+  if (device.is_host()) {
+    return Stream(std::make_shared<detail::HostStream>());
+  }
+#if COHORT_WITH_CUDA
+  return Stream(detail::make_cuda_stream(device, nullptr));
+#else
+  COHORT_FAIL(InvalidArgument, "cannot create a stream on " + device.to_string() +
+                                   ": cohort was built without CUDA (COHORT_WITH_CUDA=OFF)");
+#endif
+}
+
+Stream Stream::wrap_cuda(Device device, void* cuda_stream) {
+  COHORT_EXPECTS(device.is_cuda(), "wrap_cuda needs a CUDA device, got " + device.to_string());
+#if COHORT_WITH_CUDA
+  return Stream(detail::make_cuda_stream(device, cuda_stream));
+#else
+  (void)cuda_stream;
+  COHORT_FAIL(InvalidArgument, "cannot wrap a CUDA stream: cohort was built without CUDA");
+#endif
+}
+
+Device Stream::device() const noexcept { return impl_->device(); }
+void Stream::enqueue(std::function<void()> task) const { impl_->enqueue(std::move(task)); }
+void Stream::wait(const Event& event) const { impl_->wait(*event.impl_); }
+void Stream::synchronize() const { impl_->synchronize(); }
+bool Stream::ready() const { return impl_->ready(); }
+void* Stream::native_handle() const noexcept { return impl_->native_handle(); }
+
+// ---- Event ----
+
+Event Event::create(Device device, bool timing) {
+  if (device.is_host()) {
+    return Event(std::make_shared<detail::HostEvent>(timing));
+  }
+#if COHORT_WITH_CUDA
+  return Event(detail::make_cuda_event(device, timing));
+#else
+  COHORT_FAIL(InvalidArgument, "cannot create an event on " + device.to_string() +
+                                   ": cohort was built without CUDA (COHORT_WITH_CUDA=OFF)");
+#endif
+}
+
+Device Event::device() const noexcept { return impl_->device(); }
+void Event::record(const Stream& stream) { impl_->record(*stream.impl_); }
+bool Event::ready() const { return impl_->ready(); }
+void Event::synchronize() const { impl_->synchronize(); }
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  return end.impl_->elapsed_ms_since(*start.impl_);
+}
+void* Event::native_handle() const noexcept { return impl_->native_handle(); }
+
+}  // namespace cohort

@@ -1,0 +1,165 @@
+// CUDA streams and events behind cohort::Stream and cohort::Event.
+
+#include "stream_impl.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/detail/cuda_check.hpp>
+
+#include <cuda_runtime_api.h>
+
+namespace cohort::detail {
+namespace {
+
+/// Makes `device` current for the scope, restoring the previous device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device) {
+    COHORT_CUDA_TRY(cudaGetDevice(&previous_));
+    if (previous_ != device.index()) {
+      COHORT_CUDA_TRY(cudaSetDevice(device.index()));
+      changed_ = true;
+    }
+  }
+  ~DeviceScope() {
+    if (changed_) {
+      COHORT_CUDA_CHECK_NOEXCEPT(cudaSetDevice(previous_));
+    }
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+class CudaEvent;
+
+class CudaStream final : public StreamImpl {
+ public:
+  CudaStream(Device device, cudaStream_t borrowed) : device_(device), stream_(borrowed) {
+    if (stream_ == nullptr) {
+      const DeviceScope scope(device_);
+      COHORT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      owned_ = true;
+    }
+  }
+  ~CudaStream() override {
+    if (owned_) {
+      COHORT_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(stream_));
+    }
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  Device device() const noexcept override { return device_; }
+
+  void enqueue(std::function<void()> task) override {
+    auto* heap_task = new std::function<void()>(std::move(task));
+    const cudaError_t status = cudaLaunchHostFunc(
+        stream_,
+        [](void* data) {
+          auto* callback = static_cast<std::function<void()>*>(data);
+          try {
+            (*callback)();
+          } catch (const std::exception& error) {
+            COHORT_LOG(error) << "a task on a CUDA stream threw: " << error.what();
+          } catch (...) {
+            COHORT_LOG(error) << "a task on a CUDA stream threw an unknown exception";
+          }
+          delete callback;
+        },
+        heap_task);
+    if (status != cudaSuccess) {
+      delete heap_task;
+      COHORT_CUDA_TRY(status);
+    }
+  }
+
+  void wait(EventImpl& event) override;
+
+  void synchronize() override { COHORT_CUDA_TRY(cudaStreamSynchronize(stream_)); }
+
+  bool ready() override {
+    const cudaError_t status = cudaStreamQuery(stream_);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    COHORT_CUDA_TRY(status);
+    return true;
+  }
+
+  void* native_handle() const noexcept override { return stream_; }
+
+ private:
+  Device device_;
+  cudaStream_t stream_;
+  bool owned_ = false;
+};
+
+class CudaEvent final : public EventImpl {
+ public:
+  CudaEvent(Device device, bool timing) : device_(device) {
+    const DeviceScope scope(device_);
+    COHORT_CUDA_TRY(
+        cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~CudaEvent() override { COHORT_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(event_)); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  Device device() const noexcept override { return device_; }
+
+  void record(StreamImpl& stream) override {
+    COHORT_EXPECTS(dynamic_cast<CudaStream*>(&stream) != nullptr,
+                   "a CUDA event cannot be recorded on a stream of " + stream.device().to_string());
+    COHORT_CUDA_TRY(cudaEventRecord(event_, static_cast<cudaStream_t>(stream.native_handle())));
+  }
+
+  bool ready() override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    COHORT_CUDA_TRY(status);
+    return true;
+  }
+
+  void synchronize() override { COHORT_CUDA_TRY(cudaEventSynchronize(event_)); }
+
+  float elapsed_ms_since(EventImpl& start) override {
+    COHORT_EXPECTS(dynamic_cast<CudaEvent*>(&start) != nullptr,
+                   "elapsed_ms needs two events of the same kind of device");
+    float milliseconds = 0.0f;
+    COHORT_CUDA_TRY(cudaEventElapsedTime(
+        &milliseconds, static_cast<cudaEvent_t>(start.native_handle()), event_));
+    return milliseconds;
+  }
+
+  void* native_handle() const noexcept override { return event_; }
+
+ private:
+  Device device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+void CudaStream::wait(EventImpl& event) {
+  COHORT_EXPECTS(dynamic_cast<CudaEvent*>(&event) != nullptr,
+                 "a CUDA stream cannot wait on an event of " + event.device().to_string());
+  COHORT_CUDA_TRY(
+      cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.native_handle()), 0));
+}
+
+}  // namespace
+
+std::shared_ptr<StreamImpl> make_cuda_stream(Device device, void* borrowed_stream) {
+  return std::make_shared<CudaStream>(device, static_cast<cudaStream_t>(borrowed_stream));
+}
+
+std::shared_ptr<EventImpl> make_cuda_event(Device device, bool timing) {
+  return std::make_shared<CudaEvent>(device, timing);
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,42 @@
+#pragma once
+
+// The interfaces behind Stream and Event, with one implementation per kind of device
+// (host: stream.cpp; CUDA: stream_cuda.cpp).
+
+#include <cohort/core/device.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace cohort::detail {
+
+class EventImpl;
+
+class StreamImpl {
+ public:
+  virtual ~StreamImpl() = default;
+  virtual Device device() const noexcept = 0;
+  virtual void enqueue(std::function<void()> task) = 0;
+  virtual void wait(EventImpl& event) = 0;
+  virtual void synchronize() = 0;
+  virtual bool ready() = 0;
+  virtual void* native_handle() const noexcept = 0;
+};
+
+class EventImpl {
+ public:
+  virtual ~EventImpl() = default;
+  virtual Device device() const noexcept = 0;
+  virtual void record(StreamImpl& stream) = 0;
+  virtual bool ready() = 0;
+  virtual void synchronize() = 0;
+  virtual float elapsed_ms_since(EventImpl& start) = 0;
+  virtual void* native_handle() const noexcept = 0;
+};
+
+#if COHORT_WITH_CUDA
+std::shared_ptr<StreamImpl> make_cuda_stream(Device device, void* borrowed_stream);
+std::shared_ptr<EventImpl> make_cuda_event(Device device, bool timing);
+#endif
+
+}  // namespace cohort::detail

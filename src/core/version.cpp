@@ -1,0 +1,7 @@
+#include <cohort/version.hpp>
+
+namespace cohort {
+
+const char* version() noexcept { return COHORT_VERSION_STRING; }
+
+}  // namespace cohort

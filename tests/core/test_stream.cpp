@@ -1,0 +1,156 @@
+#include <cohort/core/error.hpp>
+#include <cohort/core/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(HostStream, RunsTasksInOrderOffTheCallingThread) {
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  EXPECT_EQ(stream.device(), cohort::Device::host());
+  EXPECT_EQ(stream.native_handle(), nullptr);
+  std::vector<int> order;
+  std::atomic<bool> off_thread{true};
+  const auto caller = std::this_thread::get_id();
+  for (int i = 0; i < 1000; ++i) {
+    stream.enqueue([&, i] {
+      if (std::this_thread::get_id() == caller) off_thread = false;
+      order.push_back(i);
+    });
+  }
+  stream.synchronize();
+  ASSERT_EQ(order.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+  }
+  EXPECT_TRUE(off_thread);
+  EXPECT_TRUE(stream.ready());
+}
+
+TEST(HostStream, ReadyIsFalseWhileWorkIsPending) {
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  std::atomic<bool> release{false};
+  stream.enqueue([&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_FALSE(stream.ready());
+  release = true;
+  stream.synchronize();
+  EXPECT_TRUE(stream.ready());
+}
+
+TEST(HostStream, EventMakesAnotherStreamWait) {
+  const cohort::Stream producer = cohort::Stream::create(cohort::Device::host());
+  const cohort::Stream consumer = cohort::Stream::create(cohort::Device::host());
+  cohort::Event produced = cohort::Event::create(cohort::Device::host());
+  EXPECT_TRUE(produced.ready());  // never recorded
+  std::atomic<int> value{0};
+  int seen = -1;
+  producer.enqueue([&] {
+    std::this_thread::sleep_for(50ms);
+    value = 42;
+  });
+  produced.record(producer);
+  consumer.wait(produced);
+  consumer.enqueue([&] { seen = value; });
+  consumer.synchronize();
+  EXPECT_EQ(seen, 42);
+  EXPECT_TRUE(produced.ready());
+}
+
+TEST(HostStream, WaitUsesTheRecordingAtTheTimeOfTheCall) {
+  const cohort::Stream a = cohort::Stream::create(cohort::Device::host());
+  const cohort::Stream b = cohort::Stream::create(cohort::Device::host());
+  cohort::Event event = cohort::Event::create(cohort::Device::host());
+  event.record(a);
+  b.wait(event);
+  std::atomic<bool> release{false};
+  a.enqueue([&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  event.record(a);  // a later mark: b must not wait for it
+  b.synchronize();  // would hang if b waited for the second recording
+  release = true;
+  a.synchronize();
+  SUCCEED();
+}
+
+TEST(HostStream, FailedTaskSkipsLaterTasksAndRethrows) {
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  bool later_ran = false;
+  stream.enqueue([] { throw std::runtime_error("bucket 3 failed"); });
+  stream.enqueue([&] { later_ran = true; });
+  try {
+    stream.synchronize();
+    FAIL() << "synchronize did not rethrow";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "bucket 3 failed");
+  }
+  EXPECT_FALSE(later_ran);
+  EXPECT_THROW(stream.synchronize(), std::runtime_error);  // sticky, like a CUDA error
+}
+
+TEST(HostStream, TimingEventsMeasureElapsedTime) {
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  cohort::Event start = cohort::Event::create(cohort::Device::host(), true);
+  cohort::Event end = cohort::Event::create(cohort::Device::host(), true);
+  start.record(stream);
+  stream.enqueue([] { std::this_thread::sleep_for(30ms); });
+  end.record(stream);
+  end.synchronize();
+  const float elapsed = cohort::Event::elapsed_ms(start, end);
+  EXPECT_GE(elapsed, 29.0f);
+  EXPECT_LT(elapsed, 2000.0f);
+
+  cohort::Event untimed = cohort::Event::create(cohort::Device::host());
+  untimed.record(stream);
+  EXPECT_THROW(cohort::Event::elapsed_ms(start, untimed), cohort::InvalidArgument);
+}
+
+TEST(HostStream, CopiesShareTheStreamAndDestructionFinishesWork) {
+  std::atomic<int> done{0};
+  {
+    const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+    const cohort::Stream copy = stream;  // NOLINT(performance-unnecessary-copy-initialization)
+    for (int i = 0; i < 10; ++i) {
+      copy.enqueue([&] {
+        std::this_thread::sleep_for(1ms);
+        ++done;
+      });
+    }
+  }
+  EXPECT_EQ(done, 10);
+}
+
+TEST(HostStream, EventOutlivesItsHandle) {
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  std::atomic<bool> release{false};
+  stream.enqueue([&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  {
+    cohort::Event event = cohort::Event::create(cohort::Device::host());
+    event.record(stream);
+  }  // the recording task still refers to the event's state
+  release = true;
+  stream.synchronize();
+  SUCCEED();
+}
+
+TEST(Stream, CudaDeviceWithoutCudaIsAClearError) {
+  if (cohort::built_with_cuda()) {
+    GTEST_SKIP() << "built with CUDA; covered by test_stream_gpu";
+  }
+  EXPECT_THROW(cohort::Stream::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
+  EXPECT_THROW(cohort::Event::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
+}
+
+}  // namespace
