@@ -1,0 +1,34 @@
+#pragma once
+
+/// @file
+/// Connects a rank to the store its run meets through, as the launch environment says.
+
+#include <cohort/launch/launch_info.hpp>
+#include <cohort/launch/store.hpp>
+
+#include <memory>
+
+namespace cohort {
+
+/// Opens the store for this rank, chosen by `COHORT_STORE`:
+///
+/// - unset or empty: a `MemoryStore` for a single process started without a launcher (no port
+///   needed); otherwise as `tcp`.
+/// - `tcp`: a `TcpStore` client of `info.master_addr:info.master_port`. Rank 0 starts the server
+///   in its own process unless `info.store_is_external` (cohortrun already hosts it). The token is
+///   `COHORT_STORE_TOKEN` when set.
+/// - `file:<folder>`: a `FileStore` in `<folder>/<info.run_id>/`; the folder must be on a file
+///   system every rank sees.
+/// - `memory`: a `MemoryStore`; only for a world of one.
+///
+/// `timeout` is the store's deadline for blocking calls and for the first connection.
+/// @throws InvalidArgument for any other `COHORT_STORE` (the message lists the accepted forms);
+///         TimeoutError or Error from the store when it cannot be reached or created.
+std::shared_ptr<Store> connect_store(const LaunchInfo& info,
+                                     Milliseconds timeout = Store::kDefaultTimeout);
+
+/// The same, reading `COHORT_STORE` and `COHORT_STORE_TOKEN` through `env` (tests).
+std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& env,
+                                     Milliseconds timeout = Store::kDefaultTimeout);
+
+}  // namespace cohort

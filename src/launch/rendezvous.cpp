@@ -1,0 +1,66 @@
+#include <cohort/launch/rendezvous.hpp>
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/launch/file_store.hpp>
+#include <cohort/launch/memory_store.hpp>
+#include <cohort/launch/tcp_store.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace cohort {
+namespace {
+
+constexpr std::string_view kFilePrefix = "file:";
+
+std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& env,
+                                   Milliseconds timeout) {
+  TcpStoreOptions options;
+  options.host = info.master_addr;
+  options.port = info.master_port;
+  // Read the token here, not in TcpStore, so that `env` decides it in tests as well.
+  options.token = env("COHORT_STORE_TOKEN").value_or("");
+  options.timeout = timeout;
+  options.connect_timeout = timeout;
+  options.start_server = info.rank == 0 && !info.store_is_external;
+  COHORT_LOG(debug) << "connecting to the TCP store at " << info.master_addr << ":"
+                    << info.master_port << (options.start_server ? " (serving it)" : "");
+  return std::make_shared<TcpStore>(std::move(options));
+}
+
+}  // namespace
+
+std::shared_ptr<Store> connect_store(const LaunchInfo& info, Milliseconds timeout) {
+  return connect_store(info, process_environment(), timeout);
+}
+
+std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& env,
+                                     Milliseconds timeout) {
+  const std::string choice = env("COHORT_STORE").value_or("");
+  if (choice.empty()) {
+    if (info.world_size == 1 && info.launcher == Launcher::none) {
+      return std::make_shared<MemoryStore>(timeout);
+    }
+    return connect_tcp(info, env, timeout);
+  }
+  if (choice == "tcp") return connect_tcp(info, env, timeout);
+  if (choice.starts_with(kFilePrefix)) {
+    const std::string folder = choice.substr(kFilePrefix.size());
+    COHORT_EXPECTS(!folder.empty(),
+                   "COHORT_STORE='file:' names no folder; set COHORT_STORE=file:<folder> with a "
+                   "folder every rank can see");
+    return std::make_shared<FileStore>(folder, info.run_id, timeout);
+  }
+  if (choice == "memory") {
+    COHORT_EXPECTS(info.world_size == 1,
+                   "COHORT_STORE=memory cannot connect " + std::to_string(info.world_size) +
+                       " processes; set COHORT_STORE to tcp or file:<folder>");
+    return std::make_shared<MemoryStore>(timeout);
+  }
+  COHORT_FAIL(InvalidArgument, "COHORT_STORE='" + choice +
+                                   "' is not a store; set COHORT_STORE to tcp (the default), "
+                                   "file:<folder> or memory (a single process)");
+}
+
+}  // namespace cohort

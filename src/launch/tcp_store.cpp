@@ -1,0 +1,290 @@
+#include <cohort/launch/tcp_store.hpp>
+
+#include <cohort/core/error.hpp>
+
+#include "tcp_protocol.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+// The client side of the TCP store; the wire format is Note [TCP store protocol]
+// (tcp_protocol.cpp), the server is in tcp_store_server.cpp.
+
+namespace cohort {
+namespace {
+
+using detail::Clock;
+using detail::UniqueFd;
+namespace tcp = detail::tcp;
+
+// How much longer than a request's own timeout a client waits for the reply.
+constexpr Milliseconds kReplyGrace = std::chrono::seconds(5);
+constexpr const char* kTokenVariable = "COHORT_STORE_TOKEN";
+
+std::uint64_t to_wire_ms(Milliseconds timeout) noexcept {
+  return timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
+}
+
+}  // namespace
+
+struct TcpStore::Impl {
+  /// Shared with clones: the server lives while any of them does.
+  std::shared_ptr<TcpStoreServer> server;
+  /// What this client connected with: the server's actual address, the resolved token.
+  TcpStoreOptions options;
+  std::string description;
+  std::mutex mutex;
+  UniqueFd socket;
+  /// Why the connection is unusable (empty while it works): after a failed exchange the stream
+  /// may hold half a reply, so no later request could trust what it reads.
+  std::string broken;
+
+  void connect();
+  std::string exchange(std::string_view request, Clock::time_point deadline, Milliseconds budget,
+                       std::string& reply);
+
+  /// Sends `request`, waits for the reply (up to `timeout` + a grace) and returns what `decode`
+  /// makes of an OK reply's fields. Other statuses throw TimeoutError (naming the missing keys,
+  /// with `timeout`), InvalidArgument or Error.
+  template <typename Decode>
+  std::invoke_result_t<Decode, tcp::MessageReader&> call(const tcp::Request& request,
+                                                         Milliseconds timeout, Decode decode);
+};
+
+std::string TcpStore::Impl::exchange(std::string_view request, Clock::time_point deadline,
+                                     Milliseconds budget, std::string& reply) {
+  const int fd = socket.get();
+  const std::string too_slow =
+      "no reply from the server within " + std::to_string(budget.count()) + " ms";
+  while (!request.empty()) {
+    const ssize_t sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    if (sent >= 0) {
+      request.remove_prefix(static_cast<std::size_t>(sent));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!tcp::wait_for(fd, POLLOUT, deadline)) return too_slow;
+    } else if (errno != EINTR) {
+      return errno == EPIPE || errno == ECONNRESET
+                 ? "connection closed by the server"
+                 : "sending to the server failed: " + detail::system_error_text(errno);
+    }
+  }
+  const auto receive = [&](char* out, std::size_t size) -> std::string {
+    while (size > 0) {
+      const ssize_t got = ::recv(fd, out, size, 0);
+      if (got > 0) {
+        out += got;
+        size -= static_cast<std::size_t>(got);
+      } else if (got == 0) {
+        return "connection closed by the server";
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!tcp::wait_for(fd, POLLIN, deadline)) return too_slow;
+      } else if (errno != EINTR) {
+        return errno == ECONNRESET
+                   ? "connection reset by the server"
+                   : "receiving from the server failed: " + detail::system_error_text(errno);
+      }
+    }
+    return {};
+  };
+  char prefix[tcp::kLengthBytes];
+  if (auto error = receive(prefix, sizeof(prefix)); !error.empty()) return error;
+  const std::uint32_t length = tcp::decode_length(std::string_view(prefix, sizeof(prefix)));
+  if (length > options.max_message_bytes) {
+    return "the server's reply of " + std::to_string(length) +
+           " bytes exceeds max_message_bytes (" + std::to_string(options.max_message_bytes) + ")";
+  }
+  reply.resize(length);
+  return receive(reply.data(), reply.size());
+}
+
+template <typename Decode>
+std::invoke_result_t<Decode, tcp::MessageReader&> TcpStore::Impl::call(const tcp::Request& request,
+                                                                       Milliseconds timeout,
+                                                                       Decode decode) {
+  using Result = std::invoke_result_t<Decode, tcp::MessageReader&>;
+  std::lock_guard lock(mutex);
+  COHORT_CHECK(broken.empty(), Error,
+               description + ": the connection is unusable after an earlier error (" + broken +
+                   "); create a new TcpStore");
+  const Milliseconds budget = detail::saturating_add(timeout, kReplyGrace);
+  std::string reply;
+  if (auto error =
+          exchange(tcp::encode_request(request), detail::deadline_after(budget), budget, reply);
+      !error.empty()) {
+    broken = error;
+    socket.reset();
+    COHORT_FAIL(Error, description + ": " + error);
+  }
+  try {
+    tcp::MessageReader reader(reply);
+    const auto status = static_cast<tcp::Status>(reader.u8());
+    switch (status) {
+      case tcp::Status::ok:
+        if constexpr (std::is_void_v<Result>) {
+          decode(reader);
+          reader.expect_end();
+          return;
+        } else {
+          Result result = decode(reader);
+          reader.expect_end();
+          return result;
+        }
+      case tcp::Status::timeout: {
+        const auto missing = reader.key_list();
+        COHORT_FAIL(TimeoutError, detail::timeout_message(description, missing, timeout));
+      }
+      case tcp::Status::invalid_argument:
+        COHORT_FAIL(InvalidArgument, std::string(reader.bytes()) + " in " + description);
+      case tcp::Status::error:
+        COHORT_FAIL(Error, description + ": " + std::string(reader.bytes()));
+      case tcp::Status::refused: {
+        const std::string reason(reader.bytes());
+        const std::string hint = reason.find("token") == std::string::npos
+                                     ? std::string()
+                                     : std::string("; set ") + kTokenVariable +
+                                           " (or TcpStoreOptions::token) to the server's token";
+        COHORT_FAIL(Error, description + " refused this client: " + reason + hint);
+      }
+    }
+    throw tcp::DecodeError("unknown status " + std::to_string(static_cast<int>(status)));
+  } catch (const tcp::DecodeError& error) {
+    broken = std::string("malformed reply: ") + error.what();
+    socket.reset();
+    COHORT_FAIL(Error, description + ": " + broken);
+  }
+}
+
+void TcpStore::Impl::connect() {
+  const auto address = tcp::format_address(options.host, options.port);
+  const auto deadline = detail::deadline_after(options.connect_timeout);
+  detail::Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
+  std::string error = "no attempt finished";
+  for (;;) {
+    socket = tcp::try_connect(options.host, options.port, deadline, error);
+    if (socket.valid()) break;
+    if (Clock::now() >= deadline) {
+      COHORT_FAIL(TimeoutError, "could not connect to the store server at " + address + " within " +
+                                    std::to_string(options.connect_timeout.count()) +
+                                    " ms (last error: " + error +
+                                    "); check MASTER_ADDR and MASTER_PORT, and that rank 0 (or " +
+                                    "cohort-store) is running and reachable");
+    }
+    backoff.sleep(deadline);
+  }
+  tcp::Request hello;
+  hello.opcode = tcp::Opcode::hello;
+  hello.version = tcp::kProtocolVersion;
+  hello.token = options.token.value_or(std::string());
+  call(hello, Milliseconds::zero(), [](tcp::MessageReader&) {});
+}
+
+namespace {
+
+/// The address a client in this process uses to reach a server listening on `listen_host`.
+std::string local_address_of(const std::string& listen_host) {
+  if (listen_host.empty() || listen_host == "0.0.0.0") return "127.0.0.1";
+  if (listen_host == "::") return "::1";
+  return listen_host;
+}
+
+tcp::Request make_request(tcp::Opcode opcode, std::vector<std::string> keys) {
+  for (const auto& key : keys) detail::check_key(key);
+  tcp::Request request;
+  request.opcode = opcode;
+  request.keys = std::move(keys);
+  return request;
+}
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreOptions options)
+    : Store(options.timeout), impl_(std::make_shared<Impl>()) {
+  COHORT_EXPECTS(options.port >= (options.start_server ? 0 : 1) && options.port <= 65535,
+                 "TcpStore port " + std::to_string(options.port) + " is out of range");
+  if (!options.token) {
+    const char* from_environment = std::getenv(kTokenVariable);
+    options.token = from_environment != nullptr ? from_environment : "";
+  }
+  if (options.start_server) {
+    TcpStoreServerOptions server_options;
+    server_options.host = options.server_host;
+    server_options.port = options.port;
+    server_options.token = *options.token;
+    server_options.max_message_bytes = options.max_message_bytes;
+    impl_->server = std::make_shared<TcpStoreServer>(std::move(server_options));
+    options.host = local_address_of(options.server_host);
+    options.port = impl_->server->port();
+    options.start_server = false;
+  }
+  impl_->options = std::move(options);
+  impl_->description =
+      "TcpStore(" + tcp::format_address(impl_->options.host, impl_->options.port) + ")";
+  impl_->connect();
+}
+
+TcpStore::~TcpStore() = default;
+
+void TcpStore::set(std::string_view key, std::string_view value) {
+  auto request = make_request(tcp::Opcode::set, {std::string(key)});
+  request.value = value;
+  impl_->call(request, timeout(), [](tcp::MessageReader&) {});
+}
+
+std::string TcpStore::get(std::string_view key, Milliseconds timeout) {
+  auto request = make_request(tcp::Opcode::get, {std::string(key)});
+  request.timeout_ms = to_wire_ms(timeout);
+  return impl_->call(request, timeout,
+                     [](tcp::MessageReader& reply) { return std::string(reply.bytes()); });
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  auto request = make_request(tcp::Opcode::wait, keys);
+  request.timeout_ms = to_wire_ms(timeout);
+  impl_->call(request, timeout, [](tcp::MessageReader&) {});
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  return impl_->call(make_request(tcp::Opcode::check, keys), timeout(),
+                     [](tcp::MessageReader& reply) { return reply.u8() != 0; });
+}
+
+std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
+  auto request = make_request(tcp::Opcode::add, {std::string(key)});
+  request.delta = delta;
+  return impl_->call(request, timeout(), [](tcp::MessageReader& reply) { return reply.i64(); });
+}
+
+std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
+                                  std::string_view desired) {
+  auto request = make_request(tcp::Opcode::compare_set, {std::string(key)});
+  request.expected = expected;
+  request.value = desired;
+  return impl_->call(request, timeout(),
+                     [](tcp::MessageReader& reply) { return std::string(reply.bytes()); });
+}
+
+bool TcpStore::remove(std::string_view key) {
+  return impl_->call(make_request(tcp::Opcode::remove, {std::string(key)}), timeout(),
+                     [](tcp::MessageReader& reply) { return reply.u8() != 0; });
+}
+
+std::unique_ptr<Store> TcpStore::clone() const {
+  // impl_->options already names the running server and has start_server off.
+  auto copy = std::make_unique<TcpStore>(impl_->options);
+  copy->impl_->server = impl_->server;
+  copy->set_timeout(timeout());
+  return copy;
+}
+
+std::string TcpStore::describe() const { return impl_->description; }
+
+int TcpStore::port() const noexcept { return impl_->options.port; }
+
+}  // namespace cohort

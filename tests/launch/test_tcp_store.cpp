@@ -1,0 +1,448 @@
+// What only the TCP store promises: many clients at once, deadlines, a server that survives bad
+// bytes, tokens, a server owned by a client, and clients that fail instead of hanging.
+
+#include <cohort/core/error.hpp>
+#include <cohort/launch/tcp_store.hpp>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr Milliseconds kStoreTimeout = std::chrono::seconds(10);
+
+Milliseconds elapsed_since(Clock::time_point start) {
+  return std::chrono::duration_cast<Milliseconds>(Clock::now() - start);
+}
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
+}
+
+template <typename E, typename Action>
+std::string message_of(Action&& action) {
+  try {
+    action();
+  } catch (const E& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "threw another exception: " << error.what();
+    return {};
+  }
+  ADD_FAILURE() << "threw nothing";
+  return {};
+}
+
+/// Starts `body` on a new thread; an exception there fails the test instead of ending the process.
+template <typename Body>
+std::thread spawn(Body body) {
+  return std::thread([body = std::move(body)]() mutable {
+    try {
+      body();
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << "a test thread threw: " << error.what();
+    }
+  });
+}
+
+TcpStoreServerOptions local_server(std::string token = {}) {
+  TcpStoreServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.token = std::move(token);
+  return options;
+}
+
+TcpStoreOptions client_of(int port, std::optional<std::string> token = std::string()) {
+  TcpStoreOptions options;
+  options.host = "127.0.0.1";
+  options.port = port;
+  options.token = std::move(token);
+  options.timeout = kStoreTimeout;
+  options.connect_timeout = std::chrono::seconds(5);
+  return options;
+}
+
+// ---- Raw bytes, written from the protocol's description (Note [TCP store protocol]) ------
+
+std::string u32le(std::uint32_t value) {
+  std::string out;
+  for (int shift = 0; shift < 32; shift += 8)
+    out.push_back(static_cast<char>((value >> shift) & 0xff));
+  return out;
+}
+
+std::string u64le(std::uint64_t value) {
+  std::string out;
+  for (int shift = 0; shift < 64; shift += 8)
+    out.push_back(static_cast<char>((value >> shift) & 0xff));
+  return out;
+}
+
+std::string field(const std::string& bytes) {
+  return u32le(static_cast<std::uint32_t>(bytes.size())) + bytes;
+}
+
+std::string frame(const std::string& payload) {
+  return u32le(static_cast<std::uint32_t>(payload.size())) + payload;
+}
+
+const std::string kHello = frame("\x01" + u64le(1) + field(""));
+const std::string kOkReply = frame(std::string(1, '\0'));
+
+/// A TCP connection that speaks whatever bytes a test gives it.
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    connected_ = ::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+
+  void send(const std::string& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+
+  /// Up to `size` bytes, waiting at most `timeout`; fewer when the server closes.
+  std::string receive(std::size_t size, Milliseconds timeout) {
+    std::string out;
+    const auto deadline = Clock::now() + timeout;
+    while (out.size() < size) {
+      pollfd entry{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) break;
+      char buffer[4096];
+      const ssize_t got = ::recv(fd_, buffer, std::min(sizeof(buffer), size - out.size()), 0);
+      if (got <= 0) break;
+      out.append(buffer, static_cast<std::size_t>(got));
+    }
+    return out;
+  }
+
+  /// Whether the server closes this connection within `timeout` (replies are read and dropped).
+  bool closed_by_server(Milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      pollfd entry{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buffer[4096];
+      const ssize_t got = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
+    }
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+TEST(TcpStoreTest, SixteenClientsAtOnce) {
+  constexpr int kClients = 16;
+  constexpr int kRounds = 40;
+  TcpStoreServer server(local_server());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int client = 0; client < kClients; ++client) {
+    threads.emplace_back([&, client] {
+      try {
+        TcpStore store(client_of(server.port()));
+        const std::string mine = "client" + std::to_string(client);
+        for (int round = 0; round < kRounds; ++round) {
+          store.set(mine + "/" + std::to_string(round), std::to_string(round * client));
+          if (store.get(mine + "/" + std::to_string(round)) != std::to_string(round * client)) {
+            failures.fetch_add(1);
+          }
+          store.add("total", 1);
+          store.add(mine + "/sum", client);
+        }
+        store.set(mine + "/done", "");
+        std::vector<std::string> everyone;
+        for (int other = 0; other < kClients; ++other) {
+          everyone.push_back("client" + std::to_string(other) + "/done");
+        }
+        store.wait(everyone, std::chrono::seconds(10));
+      } catch (const std::exception& error) {
+        ADD_FAILURE() << "client " << client << ": " << error.what();
+        failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  TcpStore store(client_of(server.port()));
+  EXPECT_EQ(store.get("total"), std::to_string(kClients * kRounds));
+  for (int client = 0; client < kClients; ++client) {
+    EXPECT_EQ(store.add("client" + std::to_string(client) + "/sum", 0), kRounds * client);
+  }
+}
+
+TEST(TcpStoreTest, BlockingCallsKeepTheirDeadline) {
+  TcpStoreServer server(local_server());
+  TcpStore store(client_of(server.port()));
+  for (const auto timeout : {milliseconds(0), milliseconds(200)}) {
+    const auto start = Clock::now();
+    EXPECT_THROW(store.get("missing", timeout), TimeoutError);
+    EXPECT_GE(elapsed_since(start), timeout);
+    EXPECT_LT(elapsed_since(start), timeout + milliseconds(1000));
+  }
+  const auto start = Clock::now();
+  EXPECT_THROW(store.wait({"x", "y"}, milliseconds(200)), TimeoutError);
+  EXPECT_LT(elapsed_since(start), milliseconds(1200));
+  // The connection is still good after a timeout.
+  store.set("x", "1");
+  EXPECT_EQ(store.get("x"), "1");
+  EXPECT_EQ(store.describe(), "TcpStore(127.0.0.1:" + std::to_string(server.port()) + ")");
+  EXPECT_EQ(store.port(), server.port());
+}
+
+TEST(TcpStoreTest, ConnectTimeoutNamesHostAndPort) {
+  // A bound socket that never listens: its port refuses connections and nobody else takes it.
+  const int reserved = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  ASSERT_EQ(::bind(reserved, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(reserved, reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+
+  auto options = client_of(port);
+  options.connect_timeout = milliseconds(300);
+  const auto start = Clock::now();
+  const auto message = message_of<TimeoutError>([&] { TcpStore store(options); });
+  const auto waited = elapsed_since(start);
+  ::close(reserved);
+  EXPECT_GE(waited, milliseconds(300));
+  EXPECT_LT(waited, milliseconds(1300));
+  EXPECT_TRUE(contains(message, "127.0.0.1:" + std::to_string(port)));
+  EXPECT_TRUE(contains(message, "300 ms"));
+  EXPECT_TRUE(contains(message, "refused"));  // the last system error
+  EXPECT_TRUE(contains(message, "MASTER_ADDR"));
+}
+
+TEST(TcpStoreTest, HelloIsAnsweredInTheDocumentedFormat) {
+  TcpStoreServer server(local_server());
+  RawClient raw(server.port());
+  ASSERT_TRUE(raw.connected());
+  raw.send(kHello);
+  EXPECT_EQ(raw.receive(kOkReply.size(), milliseconds(2000)), kOkReply);
+  raw.send(frame("\x02" + field("k") + field("v")));  // SET k v
+  EXPECT_EQ(raw.receive(kOkReply.size(), milliseconds(2000)), kOkReply);
+  TcpStore store(client_of(server.port()));
+  EXPECT_EQ(store.get("k"), "v");
+}
+
+TEST(TcpStoreTest, MalformedRequestsCloseOnlyTheirConnection) {
+  TcpStoreServer server(local_server());
+  TcpStore bystander(client_of(server.port()));
+  bystander.set("before", "1");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not the protocol at all", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"a request before HELLO", frame("\x02" + field("sneaky") + field("v"))},
+      {"a second HELLO", kHello + kHello},
+      {"an unknown opcode", kHello + frame("\xee")},
+      {"an empty payload", kHello + frame("")},
+      {"a field running past the end", kHello + frame("\x02" + u32le(1000) + "abc")},
+      {"trailing bytes", kHello + frame("\x05" + u32le(0) + "X")},
+      {"a key list longer than the message", kHello + frame("\x05" + u32le(0x10000000))},
+      {"a length prefix over the limit", kHello + u32le(0xFFFFFFFF)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    RawClient raw(server.port());
+    ASSERT_TRUE(raw.connected());
+    raw.send(bytes);
+    EXPECT_TRUE(raw.closed_by_server(milliseconds(2000))) << what;
+    EXPECT_EQ(bystander.get("before"), "1") << what;
+  }
+  EXPECT_FALSE(bystander.check({"sneaky"}));
+  TcpStore newcomer(client_of(server.port()));
+  newcomer.set("after", "2");
+  EXPECT_EQ(bystander.get("after"), "2");
+}
+
+TEST(TcpStoreTest, TruncatedMessagesHarmNobody) {
+  TcpStoreServer server(local_server());
+  TcpStore store(client_of(server.port()));
+  {
+    // Half a message, then nothing: the server waits for the rest without blocking anyone.
+    RawClient stalled(server.port());
+    stalled.send(kHello + u32le(100) + "0123456789");
+    store.set("while-stalled", "1");
+    EXPECT_EQ(store.get("while-stalled"), "1");
+    // Half a message, then the connection closes.
+    RawClient quitter(server.port());
+    quitter.send(kHello + u32le(100) + "0123456789");
+  }
+  // A GET left waiting by a client that went away.
+  {
+    RawClient waiter(server.port());
+    waiter.send(kHello + frame("\x03" + field("later") + u64le(10000)));
+  }
+  store.set("later", "now");
+  EXPECT_EQ(store.get("later"), "now");
+  TcpStore newcomer(client_of(server.port()));
+  EXPECT_EQ(newcomer.add("n", 1), 1);
+}
+
+TEST(TcpStoreTest, RequestOverTheServersLimitClosesThatClient) {
+  auto options = local_server();
+  options.max_message_bytes = 1024;
+  TcpStoreServer server(options);
+  TcpStore greedy(client_of(server.port()));
+  const auto message = message_of<Error>([&] { greedy.set("big", std::string(100000, 'x')); });
+  EXPECT_TRUE(contains(message, "by the server"));
+  EXPECT_TRUE(contains(message, greedy.describe()));
+  // The connection may hold half a reply now: it refuses further use instead of guessing.
+  EXPECT_TRUE(contains(message_of<Error>([&] { greedy.check({"big"}); }), "unusable"));
+  TcpStore modest(client_of(server.port()));
+  modest.set("small", std::string(900, 'y'));
+  EXPECT_EQ(modest.get("small"), std::string(900, 'y'));
+  EXPECT_FALSE(modest.check({"big"}));
+}
+
+TEST(TcpStoreTest, TokenIsRequiredWhenTheServerHasOne) {
+  TcpStoreServer server(local_server("s3cret"));
+  const auto start = Clock::now();
+  const auto wrong = message_of<Error>([&] { TcpStore store(client_of(server.port(), "guess")); });
+  EXPECT_TRUE(contains(wrong, "refused the token"));
+  EXPECT_TRUE(contains(wrong, "COHORT_STORE_TOKEN"));
+  const auto none = message_of<Error>([&] { TcpStore store(client_of(server.port(), "")); });
+  EXPECT_TRUE(contains(none, "gave none"));
+  EXPECT_TRUE(contains(none, "COHORT_STORE_TOKEN"));
+  // A refusal is an answer, not a reason to retry until the connect timeout.
+  EXPECT_LT(elapsed_since(start), milliseconds(1000));
+  try {
+    TcpStore store(client_of(server.port(), "guess"));
+  } catch (const TimeoutError&) {
+    ADD_FAILURE() << "a refused token must not look like a timeout";
+  } catch (const Error&) {
+  }
+
+  TcpStore right(client_of(server.port(), "s3cret"));
+  right.set("k", "v");
+  EXPECT_EQ(right.get("k"), "v");
+}
+
+TEST(TcpStoreTest, TokenComesFromTheEnvironmentWhenUnset) {
+  TcpStoreServer server(local_server("from-env"));
+  const char* previous = std::getenv("COHORT_STORE_TOKEN");
+  const std::optional<std::string> saved =
+      previous != nullptr ? std::optional<std::string>(previous) : std::nullopt;
+  ::setenv("COHORT_STORE_TOKEN", "from-env", 1);
+  auto connect = [&] {
+    TcpStore store(client_of(server.port(), std::nullopt));
+    store.set("k", "v");
+  };
+  EXPECT_NO_THROW(connect());
+  ::setenv("COHORT_STORE_TOKEN", "other", 1);
+  EXPECT_THROW(connect(), Error);
+  if (saved) {
+    ::setenv("COHORT_STORE_TOKEN", saved->c_str(), 1);
+  } else {
+    ::unsetenv("COHORT_STORE_TOKEN");
+  }
+}
+
+TEST(TcpStoreTest, StartServerOnPortZeroAndClone) {
+  TcpStoreOptions options = client_of(0);
+  options.start_server = true;
+  options.server_host = "127.0.0.1";
+  auto owner = std::make_unique<TcpStore>(options);
+  const int port = owner->port();
+  EXPECT_GT(port, 0);
+  owner->set("k", "v");
+  auto clone = owner->clone();
+  EXPECT_EQ(clone->get("k"), "v");
+  TcpStore outsider(client_of(port));
+  EXPECT_EQ(outsider.add("n", 2), 2);
+  // The server lives as long as any clone of the store that started it.
+  owner.reset();
+  EXPECT_EQ(clone->add("n", 3), 5);
+  clone.reset();
+  EXPECT_THROW(outsider.get("k", milliseconds(100)), Error);
+}
+
+TEST(TcpStoreTest, StopWhileAClientIsBlockedFailsItPromptly) {
+  TcpStoreServer server(local_server());
+  TcpStore store(client_of(server.port()));
+  std::string message;
+  bool timed_out = false;
+  Milliseconds waited{};
+  std::thread blocked([&] {
+    const auto start = Clock::now();
+    try {
+      store.get("never", std::chrono::seconds(10));
+    } catch (const TimeoutError& error) {
+      timed_out = true;
+      message = error.what();
+    } catch (const Error& error) {
+      message = error.what();
+    }
+    waited = elapsed_since(start);
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  server.stop();
+  blocked.join();
+  EXPECT_FALSE(timed_out);
+  EXPECT_TRUE(contains(message, "closed by the server"));
+  EXPECT_LT(waited, milliseconds(2000));
+  server.stop();  // idempotent
+  EXPECT_THROW(store.set("k", "v"), Error);
+}
+
+TEST(TcpStoreTest, ABlockedGetDoesNotStopOtherConnections) {
+  TcpStoreServer server(local_server());
+  TcpStore waiting(client_of(server.port()));
+  TcpStore busy(client_of(server.port()));
+  std::string value;
+  std::thread blocked = spawn([&] { value = waiting.get("release", std::chrono::seconds(5)); });
+  const auto start = Clock::now();
+  for (int i = 0; i < 50; ++i) {
+    busy.set("key" + std::to_string(i), "v");
+    EXPECT_EQ(busy.add("count", 1), i + 1);
+  }
+  EXPECT_LT(elapsed_since(start), milliseconds(2000));
+  busy.set("release", "go");
+  blocked.join();
+  EXPECT_EQ(value, "go");
+}
+
+TEST(TcpStoreTest, ServerReportsABusyPort) {
+  TcpStoreServer first(local_server());
+  auto options = local_server();
+  options.port = first.port();
+  const auto message = message_of<Error>([&] { TcpStoreServer second(options); });
+  EXPECT_TRUE(contains(message, "127.0.0.1:" + std::to_string(first.port())));
+}
+
+}  // namespace
+}  // namespace cohort

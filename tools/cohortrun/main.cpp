@@ -1,0 +1,241 @@
+/// cohortrun: starts the ranks of a cohort run on this node, hosts the rendezvous store, and stops
+/// every rank when one fails.
+///
+///     cohortrun --nproc-per-node 4 ./train --steps 5
+///     cohortrun --nproc-per-node 8 --nnodes 2 --node-rank 0 --master-addr node01 ./train
+
+#include "supervisor.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/launch/tcp_store.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace cohortrun {
+namespace {
+
+struct Options {
+  int nproc_per_node = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = -1;  // -1: not given
+  std::string run_id;
+  double kill_timeout_seconds = 5.0;
+  bool no_prefix = false;
+  std::vector<std::string> command;
+};
+
+constexpr int kUsageError = 2;
+constexpr int kDefaultMultiNodePort = 29500;
+
+/// `bytes` random bytes as hex, from /dev/urandom (std::random_device if that cannot be read).
+std::string random_hex(std::size_t bytes) {
+  std::vector<unsigned char> data(bytes);
+  std::size_t filled = 0;
+  if (const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC); fd >= 0) {
+    while (filled < bytes) {
+      const ssize_t count = ::read(fd, data.data() + filled, bytes - filled);
+      if (count <= 0) break;
+      filled += static_cast<std::size_t>(count);
+    }
+    ::close(fd);
+  }
+  if (filled < bytes) {
+    std::random_device device;
+    for (auto& byte : data) byte = static_cast<unsigned char>(device());
+  }
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char byte : data) {
+    hex.push_back(kDigits[byte >> 4]);
+    hex.push_back(kDigits[byte & 0xf]);
+  }
+  return hex;
+}
+
+std::optional<std::string> getenv_nonempty(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+/// Parses the command line; returns an exit status when cohortrun should stop (help, errors).
+std::optional<int> parse(int argc, char** argv, Options& options) {
+  CLI::App app{
+      "Starts --nproc-per-node copies of PROGRAM on this node as the ranks of one cohort run, "
+      "hosts the rendezvous store (on node 0), prefixes their output with '[rank R] ', and stops "
+      "them all when one fails. Everything from PROGRAM on is passed to it untouched. The ranks' "
+      "stdin is /dev/null.",
+      "cohortrun"};
+  app.add_option("--nproc-per-node", options.nproc_per_node, "Ranks to start on this node")
+      ->required()
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--nnodes", options.nnodes, "Nodes in the run (one cohortrun on each)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--node-rank", options.node_rank, "Index of this node, 0 to NNODES-1")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--master-addr", options.master_addr,
+                 "Host of node 0, where the store runs (required with --nnodes > 1; "
+                 "default 127.0.0.1 on one node)");
+  app.add_option("--master-port", options.master_port,
+                 "Port of the store (default 29500 on several nodes, a free port on one)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--run-id", options.run_id,
+                 "Id shared by all ranks of the run (default: random on one node, derived from "
+                 "the master address and port on several)");
+  app.add_option("--kill-timeout", options.kill_timeout_seconds,
+                 "Seconds between SIGTERM and SIGKILL when stopping the ranks")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_flag("--no-prefix", options.no_prefix,
+               "Let the ranks write to cohortrun's stdout and stderr directly");
+  app.footer(
+      "Each rank gets COHORT_RANK, COHORT_WORLD_SIZE, COHORT_LOCAL_RANK, "
+      "COHORT_LOCAL_WORLD_SIZE, COHORT_NODE_RANK, COHORT_NUM_NODES, COHORT_MASTER_ADDR, "
+      "COHORT_MASTER_PORT, COHORT_RUN_ID and COHORT_STORE_EXTERNAL=1 (and on one node a "
+      "fresh COHORT_STORE_TOKEN unless one is set).\n"
+      "Exit status: 0 when every rank succeeds; else the first failing rank's status "
+      "(128 + signal when killed); 127 when PROGRAM cannot be run; 2 for usage errors.");
+  // Stop at PROGRAM: it and everything after it are the ranks' command line.
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int status = app.exit(error);
+    return status == 0 ? 0 : kUsageError;
+  }
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  }
+  auto usage_error = [&](const std::string& message) {
+    std::cerr << "cohortrun: " << message << "\nRun with --help for more information.\n";
+    return kUsageError;
+  };
+  if (options.command.empty()) return usage_error("no PROGRAM given");
+  if (options.node_rank >= options.nnodes) {
+    return usage_error("--node-rank " + std::to_string(options.node_rank) +
+                       " is not below --nnodes " + std::to_string(options.nnodes));
+  }
+  if (options.nnodes > 1) {
+    if (options.master_addr.empty()) {
+      return usage_error("--nnodes " + std::to_string(options.nnodes) +
+                         " needs --master-addr, the host name or address of node 0 (where the "
+                         "store runs and rank 0 lives)");
+    }
+    if (options.master_port == 0) {
+      return usage_error(
+          "--master-port 0 cannot be used with several nodes: the other nodes "
+          "must know the port");
+    }
+  }
+  return std::nullopt;
+}
+
+/// This process's environment without the variables cohortrun sets for its ranks.
+std::vector<std::string> inherited_environment(const std::set<std::string>& replaced) {
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    if (replaced.count(text.substr(0, text.find('='))) == 0) environment.push_back(text);
+  }
+  return environment;
+}
+
+int run(Options options) {
+  const bool single_node = options.nnodes == 1;
+  const bool hosts_store = options.node_rank == 0;
+  if (options.master_addr.empty()) options.master_addr = "127.0.0.1";
+  if (options.master_port < 0) options.master_port = single_node ? 0 : kDefaultMultiNodePort;
+
+  std::optional<std::string> token = getenv_nonempty("COHORT_STORE_TOKEN");
+  if (single_node && !token) token = random_hex(16);
+
+  std::unique_ptr<cohort::TcpStoreServer> server;
+  if (hosts_store) {
+    cohort::TcpStoreServerOptions server_options;
+    // On one node with the default address, nobody else needs to reach the store.
+    server_options.host =
+        single_node && options.master_addr == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0";
+    server_options.port = options.master_port;
+    server_options.token = token.value_or("");
+    try {
+      server = std::make_unique<cohort::TcpStoreServer>(server_options);
+    } catch (const cohort::Error& error) {
+      std::cerr << "cohortrun: cannot host the store on " << server_options.host << ":"
+                << options.master_port << ": " << error.what() << "\n";
+      return 1;
+    }
+    options.master_port = server->port();
+  }
+
+  if (options.run_id.empty()) {
+    options.run_id = single_node ? random_hex(8)
+                                 : "cohortrun-" + options.master_addr + "-" +
+                                       std::to_string(options.master_port);
+  }
+
+  const std::set<std::string> replaced{
+      "COHORT_RANK",      "COHORT_WORLD_SIZE",     "COHORT_LOCAL_RANK",  "COHORT_LOCAL_WORLD_SIZE",
+      "COHORT_NODE_RANK", "COHORT_NUM_NODES",      "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT",
+      "COHORT_RUN_ID",    "COHORT_STORE_EXTERNAL", "COHORT_STORE_TOKEN"};
+  const std::vector<std::string> base = inherited_environment(replaced);
+  const int world_size = options.nnodes * options.nproc_per_node;
+  std::vector<RankSpec> ranks;
+  for (int local = 0; local < options.nproc_per_node; ++local) {
+    RankSpec spec;
+    spec.rank = options.node_rank * options.nproc_per_node + local;
+    spec.environment = base;
+    auto set = [&](const std::string& name, const std::string& value) {
+      spec.environment.push_back(name + "=" + value);
+    };
+    set("COHORT_RANK", std::to_string(spec.rank));
+    set("COHORT_WORLD_SIZE", std::to_string(world_size));
+    set("COHORT_LOCAL_RANK", std::to_string(local));
+    set("COHORT_LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node));
+    set("COHORT_NODE_RANK", std::to_string(options.node_rank));
+    set("COHORT_NUM_NODES", std::to_string(options.nnodes));
+    set("COHORT_MASTER_ADDR", options.master_addr);
+    set("COHORT_MASTER_PORT", std::to_string(options.master_port));
+    set("COHORT_RUN_ID", options.run_id);
+    set("COHORT_STORE_EXTERNAL", "1");
+    if (token) set("COHORT_STORE_TOKEN", *token);
+    ranks.push_back(std::move(spec));
+  }
+
+  SupervisorOptions supervisor_options;
+  supervisor_options.command = options.command;
+  supervisor_options.prefix_output = !options.no_prefix;
+  supervisor_options.kill_timeout =
+      std::chrono::milliseconds(std::llround(options.kill_timeout_seconds * 1000.0));
+  return supervise(supervisor_options, ranks);
+}
+
+}  // namespace
+}  // namespace cohortrun
+
+int main(int argc, char** argv) {
+  cohortrun::Options options;
+  if (auto status = cohortrun::parse(argc, argv, options)) return *status;
+  try {
+    return cohortrun::run(std::move(options));
+  } catch (const std::exception& error) {
+    std::cerr << "cohortrun: " << error.what() << "\n";
+    return 1;
+  }
+}
