@@ -1,0 +1,107 @@
+#pragma once
+
+// What every communicator shares with the watchdog: identity, store, deadline, flight recorder,
+// and the abort switch.
+
+#include "flight_recorder.hpp"
+#include "work_state.hpp"
+
+#include <cohort/comm/communicator.hpp>
+#include <cohort/launch/store.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cohort::detail {
+
+class Watchdog;
+
+class CommContext {
+ public:
+  int rank = 0;
+  int size = 1;
+  Device device = Device::host();
+  Backend backend = Backend::gloo;
+  std::string name;              // "global", "local", ...
+  std::string id;                // unique within the world, the same on every member: store scope
+  std::vector<int> global_ranks;  // member i is global rank global_ranks[i]
+  std::shared_ptr<Store> store;          // scoped to this communicator; the issuing thread's
+  std::shared_ptr<Store> monitor_store;  // the same scope on the watchdog's own connection
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  bool debug_collectives = false;
+  std::shared_ptr<FlightRecorder> recorder = std::make_shared<FlightRecorder>();
+  std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
+  std::string backend_version;  // "Gloo 0.5.0", "NCCL 2.28.9"
+
+  std::atomic<std::uint64_t> issued{0};
+  std::uint64_t splits = 0;
+
+  /// The global rank of member `member`, for messages.
+  int global_rank(int member) const {
+    return member >= 0 && static_cast<std::size_t>(member) < global_ranks.size()
+               ? global_ranks[static_cast<std::size_t>(member)]
+               : member;
+  }
+
+  /// "communicator 'global' (rank 2 of 4, Gloo 0.5.0, cohort 0.1.0)".
+  std::string describe() const;
+
+  // ---- abort ----
+  /// Called once by the first abort; the backend installs it and clears it when destroyed.
+  void set_backend_abort(std::function<void()> fn);
+  /// Marks the communicator aborted with `reason` and runs the backend's abort once.
+  /// Returns whether this call was the one that aborted.
+  bool abort(const std::string& reason) noexcept;
+  bool aborted() const noexcept { return aborted_.load(); }
+  std::string abort_reason() const;
+
+  // ---- in-flight work ----
+  void track(const std::shared_ptr<WorkState>& work);
+  /// Fails every unfinished work with `error`.
+  void fail_in_flight(const std::exception_ptr& error);
+  /// Unfinished works, oldest first (drops finished ones).
+  std::vector<std::shared_ptr<WorkState>> in_flight();
+
+ private:
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mutex_;
+  std::string abort_reason_;
+  std::function<void()> backend_abort_;
+  std::vector<std::shared_ptr<WorkState>> works_;
+};
+
+/// Reads each member's published progress and names those that had not reached `sequence`.
+/// Never throws; a store that cannot be read is said so in the text.
+std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence);
+
+/// Which members of `context` pass the same color to a split, and what follows from it; the
+/// same on every member. Collective: exchanges (color, key) through the store.
+struct SplitPlan {
+  bool member = false;            // false for a negative color
+  int rank = 0;                   // in the new group
+  std::vector<int> parent_ranks;  // members of the new group, as ranks of the parent, new order
+  std::vector<int> global_ranks;  // the same members as global ranks
+  std::string id;                 // store scope of the new communicator
+};
+SplitPlan plan_split(CommContext& context, int color, int key);
+
+/// The context of the communicator `plan` describes: identity from the plan, the rest (device,
+/// backend, deadline, watchdog) from `parent`, store handles scoped to the plan's id.
+std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
+                                                std::string name);
+
+/// Waits until every member has joined `context`'s store scope under `what` ("gloo", "nccl");
+/// a TimeoutError names the members that never did.
+void wait_for_members(CommContext& context, const std::string& what);
+
+/// Publishes this rank's progress on `context` (issued and finished sequence, wall time).
+void publish_progress(CommContext& context) noexcept;
+
+/// "cohort 0.1.0" plus the backend's version.
+std::string versions_line(const CommContext& context);
+
+}  // namespace cohort::detail

@@ -1,0 +1,48 @@
+#pragma once
+
+// Note [Flight recorder]
+// Each communicator keeps its last kCapacity collectives in a ring: what was issued, how big, and
+// whether and how fast it finished. A timeout or failure prints it, so the error shows what the
+// rank was doing, not only the operation that failed.
+
+#include <cohort/comm/communicator.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cohort::detail {
+
+class FlightRecorder {
+ public:
+  static constexpr std::size_t kCapacity = 64;
+  using Clock = std::chrono::steady_clock;
+
+  void issued(const CollectiveRecord& record, Clock::time_point at);
+  void finished(std::uint64_t sequence, CollectiveRecord::State state, Clock::time_point at);
+
+  /// The highest sequence number that has finished (completed or failed).
+  std::uint64_t last_finished() const noexcept { return last_finished_.load(); }
+
+  /// Oldest first, with ages computed now.
+  std::vector<CollectiveRecord> snapshot() const;
+
+  /// The snapshot, one collective a line, each line indented by `indent`.
+  std::string dump(const std::string& indent = "  ") const;
+
+ private:
+  struct Entry {
+    CollectiveRecord record;
+    Clock::time_point issued_at;
+    Clock::time_point finished_at;
+    bool used = false;
+  };
+  mutable std::mutex mutex_;
+  std::array<Entry, kCapacity> entries_{};
+  std::atomic<std::uint64_t> last_finished_{0};
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,378 @@
+#include "gloo_communicator.hpp"
+
+#include "watchdog.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/config.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace cohort::detail {
+namespace {
+
+// Note [Aborting Gloo]
+// Gloo cannot interrupt an operation blocked on a peer: closing the connections stops further
+// data but does not wake the waiting buffers, which wait for Gloo's own timeout. So each
+// operation gets the collective's deadline as its Gloo timeout (the watchdog diagnoses first: it
+// polls, Gloo would only say "timed out"), and the worker thread that runs operations is
+// detachable: a communicator destroyed after an abort leaves its worker to finish on its own,
+// holding what it uses (the Gloo context, the communicator's context) but nothing of the
+// communicator object, and never touching user buffers after the abort. Gloo's timeout is the
+// deadline plus a grace, so that the watchdog, which knows more, is the one to report it.
+constexpr auto kGlooGrace = std::chrono::seconds(2);
+
+/// Gloo's store interface over a cohort store.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(std::shared_ptr<cohort::Store> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string value = store_->get(key, timeout_);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, std::min(timeout, timeout_));
+  }
+
+ private:
+  std::shared_ptr<cohort::Store> store_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Element-wise reductions in Gloo's signature, c = a (op) b. 16-bit floats reduce in float and
+// round once per step, as NCCL does.
+template <typename T>
+float widen(T value) {
+  return static_cast<float>(value);
+}
+
+template <typename T, typename Op>
+void reduce_elements(void* c, const void* a, const void* b, std::size_t n) {
+  auto* out = static_cast<T*>(c);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+      out[i] = T(Op{}(widen(x[i]), widen(y[i])));
+    } else {
+      out[i] = static_cast<T>(Op{}(x[i], y[i]));
+    }
+  }
+}
+
+struct Sum {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return static_cast<V>(a + b);
+  }
+};
+struct Min {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return b < a ? b : a;
+  }
+};
+struct Max {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return a < b ? b : a;
+  }
+};
+
+template <typename T>
+gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::min: return &reduce_elements<T, Min>;
+    case ReduceOp::max: return &reduce_elements<T, Max>;
+    case ReduceOp::sum:
+    case ReduceOp::avg: return &reduce_elements<T, Sum>;
+  }
+  return &reduce_elements<T, Sum>;
+}
+
+/// Divides each element by `divisor` (the avg after a sum); integers truncate toward zero.
+template <typename T>
+void divide(T* data, std::size_t count, int divisor) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+      data[i] = T(widen(data[i]) / static_cast<float>(divisor));
+    } else {
+      data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
+    }
+  }
+}
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  const auto* a_begin = static_cast<const std::byte*>(a.data());
+  const auto* b_begin = static_cast<const std::byte*>(b.data());
+  return a.bytes() > 0 && b.bytes() > 0 && a_begin < b_begin + b.bytes() &&
+         b_begin < a_begin + a.bytes();
+}
+
+/// Runs one collective on the calling thread. After an abort it touches no user buffer.
+void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
+             const CommContext& ctx) {
+  const auto timeout = ctx.timeout + kGlooGrace;
+  auto check_not_aborted = [&] {
+    COHORT_CHECK(!ctx.aborted(), Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
+  };
+  if (call.op == CollectiveOp::barrier) {
+    gloo::BarrierOptions options(gloo);
+    options.setTimeout(timeout);
+    gloo::barrier(options);
+    return;
+  }
+  visit_dtype(call.input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto* input = static_cast<T*>(call.input.data());
+    auto* output = static_cast<T*>(call.output.data());
+    switch (call.op) {
+      case CollectiveOp::all_reduce: {
+        const std::size_t count = call.output.count();
+        if (count == 0) {
+          return;
+        }
+        if (input != output) {
+          std::memcpy(output, input, call.output.bytes());
+        }
+        if (ctx.size > 1) {
+          gloo::AllreduceOptions options(gloo);
+          options.setOutput(output, count);
+          options.setReduceFunction(reduce_function<T>(call.reduce));
+          options.setTimeout(timeout);
+          gloo::allreduce(options);
+          check_not_aborted();
+        }
+        if (call.reduce == ReduceOp::avg) {
+          divide(output, count, ctx.size);
+        }
+        return;
+      }
+      case CollectiveOp::reduce_scatter: {
+        // Gloo has no reduce-scatter in its current API: all-reduce a copy, keep this rank's
+        // part. Twice the traffic of a ring reduce-scatter; the GPU path uses NCCL's own.
+        const std::size_t count = call.output.count();
+        if (count == 0) {
+          return;
+        }
+        std::vector<T> scratch(input, input + call.input.count());
+        if (ctx.size > 1) {
+          gloo::AllreduceOptions options(gloo);
+          options.setOutput(scratch.data(), scratch.size());
+          options.setReduceFunction(reduce_function<T>(call.reduce));
+          options.setTimeout(timeout);
+          gloo::allreduce(options);
+          check_not_aborted();
+        }
+        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank) * count,
+                    count * sizeof(T));
+        if (call.reduce == ReduceOp::avg) {
+          divide(output, count, ctx.size);
+        }
+        return;
+      }
+      case CollectiveOp::all_gather: {
+        const std::size_t count = call.input.count();
+        if (count == 0) {
+          return;
+        }
+        std::vector<T> staged;
+        if (overlaps(call.input, call.output)) {
+          staged.assign(input, input + count);
+          input = staged.data();
+        }
+        if (ctx.size == 1) {
+          std::memcpy(output, input, count * sizeof(T));
+          return;
+        }
+        gloo::AllgatherOptions options(gloo);
+        options.setInput(input, count);
+        options.setOutput(output, count * static_cast<std::size_t>(ctx.size));
+        options.setTimeout(timeout);
+        gloo::allgather(options);
+        return;
+      }
+      case CollectiveOp::broadcast: {
+        const std::size_t count = call.output.count();
+        if (count == 0 || ctx.size == 1) {
+          return;
+        }
+        gloo::BroadcastOptions options(gloo);
+        options.setRoot(call.root);
+        options.setOutput(output, count);
+        options.setTimeout(timeout);
+        gloo::broadcast(options);
+        return;
+      }
+      case CollectiveOp::barrier:
+        return;
+    }
+  });
+}
+
+}  // namespace
+
+// ---- GlooWorker ----
+
+std::shared_ptr<GlooWorker> GlooWorker::start() {
+  auto worker = std::shared_ptr<GlooWorker>(new GlooWorker());
+  worker->thread_ = std::thread([self = worker] { self->run(); });
+  return worker;
+}
+
+void GlooWorker::enqueue(std::function<void()> task) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+void GlooWorker::stop(bool detach) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (detach) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+}
+
+void GlooWorker::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) {
+      return;  // stopping, and everything queued has run
+    }
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();  // tasks catch their own errors
+    task = nullptr;
+    lock.lock();
+  }
+}
+
+std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only) {
+  gloo::transport::tcp::attr attr;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != 0) {
+    attr.iface = iface;
+  } else if (local_only) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    char name[256] = {};
+    COHORT_CHECK(gethostname(name, sizeof(name) - 1) == 0, Error,
+                 std::string("gethostname failed: ") + std::strerror(errno));
+    attr.hostname = name;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& error) {
+    COHORT_FAIL(Error, std::string("cannot create the Gloo TCP device on ") +
+                           (attr.iface.empty() ? "host '" + attr.hostname + "'"
+                                               : "interface '" + attr.iface + "'") +
+                           ": " + error.what() +
+                           ". Set GLOO_SOCKET_IFNAME to the network interface the ranks share.");
+  }
+}
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
+                                   std::shared_ptr<gloo::transport::Device> device)
+    : Communicator(std::move(context)), device_(std::move(device)) {
+  CommContext& ctx = this->context();
+  ctx.backend = Backend::gloo;
+  ctx.backend_version = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
+                        std::to_string(GLOO_VERSION_MINOR) + "." +
+                        std::to_string(GLOO_VERSION_PATCH);
+  wait_for_members(ctx, "gloo");
+  auto gloo_context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
+  gloo_context->setTimeout(ctx.timeout + kGlooGrace);
+  GlooStore store(std::make_shared<PrefixStore>("gloo", ctx.store), ctx.timeout);
+  try {
+    gloo_context->connectFullMesh(store, device_);
+  } catch (const cohort::Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    COHORT_FAIL(Error, "rank " + std::to_string(ctx.global_rank(ctx.rank)) + ": connecting " +
+                           ctx.describe() + " failed: " + error.what());
+  }
+  gloo_ = std::move(gloo_context);
+  worker_ = GlooWorker::start();
+  ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
+  if (auto watchdog = ctx.watchdog.lock()) {
+    watchdog->add(shared_context());
+  }
+  publish_progress(ctx);
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  // An aborted communicator may have an operation stuck in Gloo until its deadline; don't wait.
+  worker_->stop(/*detach=*/context().aborted());
+}
+
+void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }
+
+void GlooCommunicator::run(const Call& call, const Stream& stream,
+                           const std::shared_ptr<WorkState>& work) {
+  Event input_ready = Event::create(Device::host());
+  input_ready.record(stream);
+  worker_->enqueue([call, input_ready, work, gloo = gloo_, context = shared_context()] {
+    input_ready.synchronize();
+    if (context->aborted()) {
+      try {
+        COHORT_FAIL(Error, context->describe() + " was aborted before " +
+                               work->record().describe() + " ran: " + context->abort_reason());
+      } catch (...) {
+        work->fail(std::current_exception());
+      }
+      return;
+    }
+    try {
+      execute(call, gloo, *context);
+      work->complete();
+    } catch (const std::exception& error) {
+      fail_collective(*context, *work, /*timed_out=*/false, error.what());
+    }
+  });
+  // Later work on the caller's stream runs after the collective, and fails if it failed.
+  stream.enqueue([work] {
+    work->wait_until(WorkState::Clock::time_point::max());
+    work->rethrow_if_failed();
+  });
+}
+
+std::unique_ptr<Communicator> GlooCommunicator::do_split(int color, int key, std::string name) {
+  CommContext& parent = context();
+  const SplitPlan plan = plan_split(parent, color, key);
+  if (!plan.member) {
+    return nullptr;
+  }
+  auto child = make_child_context(parent, plan, std::move(name));
+  return std::make_unique<GlooCommunicator>(std::move(child), device_);
+}
+
+}  // namespace cohort::detail

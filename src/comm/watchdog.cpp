@@ -1,0 +1,412 @@
+#include "watchdog.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/version.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+namespace cohort::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr auto kPeerCheckEvery = std::chrono::milliseconds(100);
+constexpr auto kHeartbeatEvery = std::chrono::milliseconds(1000);
+constexpr const char* kFailureKey = "failure";
+constexpr const char* kProgressRequestKey = "progress_request";
+constexpr auto kAnswerWait = std::chrono::milliseconds(1500);
+
+std::int64_t unix_millis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// ---- CommContext ----
+
+std::string CommContext::describe() const {
+  return "communicator '" + name + "' (rank " + std::to_string(rank) + " of " +
+         std::to_string(size) + ", global rank " + std::to_string(global_rank(rank)) + ")";
+}
+
+std::string versions_line(const CommContext& context) {
+  return std::string("cohort ") + COHORT_VERSION_STRING + ", " + context.backend_version;
+}
+
+void CommContext::set_backend_abort(std::function<void()> fn) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  backend_abort_ = std::move(fn);
+}
+
+bool CommContext::abort(const std::string& reason) noexcept {
+  std::function<void()> backend_abort;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_.exchange(true)) {
+      return false;
+    }
+    abort_reason_ = reason;
+    backend_abort = backend_abort_;
+  }
+  COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
+  if (backend_abort) {
+    try {
+      backend_abort();
+    } catch (const std::exception& error) {
+      COHORT_LOG(error) << "aborting " << describe() << " failed: " << error.what();
+    }
+  }
+  return true;
+}
+
+std::string CommContext::abort_reason() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return abort_reason_;
+}
+
+void CommContext::track(const std::shared_ptr<WorkState>& work) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  works_.push_back(work);
+}
+
+std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  return works_;
+}
+
+void CommContext::fail_in_flight(const std::exception_ptr& error) {
+  for (const auto& work : in_flight()) {
+    work->fail(error);
+  }
+}
+
+void publish_progress(CommContext& context) noexcept {
+  try {
+    const auto watchdog = context.watchdog.lock();
+    const std::int64_t answered = watchdog ? watchdog->answered_request() : 0;
+    context.monitor_store->set("progress/" + std::to_string(context.rank),
+                               std::to_string(context.issued.load()) + " " +
+                                   std::to_string(context.recorder->last_finished()) + " " +
+                                   std::to_string(unix_millis()) + " " +
+                                   std::to_string(answered));
+  } catch (const std::exception& error) {
+    COHORT_LOG(debug) << "could not publish progress of " << context.describe() << ": "
+                      << error.what();
+  }
+}
+
+std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
+  struct Progress {
+    bool published = false;
+    std::uint64_t issued = 0;
+    std::int64_t at = 0;
+    std::int64_t answered = 0;
+  };
+  std::vector<Progress> progress(static_cast<std::size_t>(context.size));
+  try {
+    // Ask for fresh progress and give every watchdog a moment to answer.
+    const auto watchdog = context.watchdog.lock();
+    const std::int64_t request = watchdog ? watchdog->request_progress() : 0;
+    publish_progress(context);
+    const auto give_up = Clock::now() + kAnswerWait;
+    while (true) {
+      bool all_answered = true;
+      for (int member = 0; member < context.size; ++member) {
+        Progress& p = progress[static_cast<std::size_t>(member)];
+        const std::string key = "progress/" + std::to_string(member);
+        if (member == context.rank || !context.monitor_store->check({key})) {
+          all_answered = all_answered && member == context.rank;
+          continue;
+        }
+        std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
+        fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
+        p.published = true;
+        all_answered = all_answered && p.answered >= request;
+      }
+      if (watchdog) {
+        watchdog->answer_progress_request();
+      }
+      if (all_answered || request == 0 || Clock::now() >= give_up) {
+        for (Progress& p : progress) {
+          p.answered = request == 0 ? 0 : (p.answered >= request ? 1 : -1);
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& error) {
+    return "the store could not be read to find which ranks had not arrived (" +
+           std::string(error.what()) +
+           "); the process that hosts it (rank 0 or cohortrun) may have died. ";
+  }
+  std::string not_arrived;
+  std::string silent;
+  for (int member = 0; member < context.size; ++member) {
+    if (member == context.rank) {
+      continue;
+    }
+    const Progress& p = progress[static_cast<std::size_t>(member)];
+    const std::string name = "rank " + std::to_string(context.global_rank(member));
+    if (!p.published || p.answered < 0) {
+      silent += (silent.empty() ? "" : ", ") + name;
+      if (p.published && p.issued < sequence) {
+        not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
+                       std::to_string(p.issued) + ")";
+      }
+      continue;
+    }
+    if (p.issued < sequence) {
+      not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
+                     std::to_string(p.issued) + ")";
+    }
+  }
+  std::string text;
+  if (!not_arrived.empty()) {
+    text += "ranks that had not arrived: " + not_arrived + ". ";
+  }
+  if (!silent.empty()) {
+    text += "ranks not responding (their process died or is stuck): " + silent + ". ";
+  }
+  if (text.empty()) {
+    text = "every rank had issued it; the backend itself stalled or failed (check "
+           "NCCL_DEBUG=WARN output, the network, and the GPUs). ";
+  }
+  return text;
+}
+
+void fail_collective(CommContext& context, WorkState& work, bool timed_out,
+                     const std::string& cause) noexcept {
+  try {
+    if (work.done()) {
+      return;
+    }
+    publish_progress(context);
+    CollectiveRecord record = work.record();
+    record.issued_seconds_ago =
+        std::chrono::duration<double>(Clock::now() - work.issued_at()).count();
+    std::string what = "rank " + std::to_string(context.global_rank(context.rank)) + ": " +
+                       record.describe() + " on " + context.describe();
+    if (timed_out) {
+      what += " did not complete within " + std::to_string(context.timeout.count()) + " ms. ";
+    } else {
+      what += " failed: " + cause + ". ";
+    }
+    const auto watchdog = context.watchdog.lock();
+    if (watchdog) {
+      if (auto earlier = watchdog->published_failure()) {
+        what += "It follows an earlier failure: " + *earlier + " ";
+      }
+    }
+    what += diagnose_stragglers(context, record.sequence);
+    const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
+                                "every rank issues the same collectives in the same order "
+                                "(COHORT_DEBUG_COLLECTIVES=1 checks it); COHORT_TIMEOUT for "
+                                "steps that are legitimately slow.\n" +
+                                versions_line(context) + "\nRecent collectives of this rank:\n" +
+                                context.recorder->dump();
+    std::exception_ptr error;
+    try {
+      if (timed_out) {
+        COHORT_FAIL(TimeoutError, details);
+      } else {
+        COHORT_FAIL(Error, details);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (!work.fail(error)) {
+      return;  // finished meanwhile, or failed by someone else first
+    }
+    COHORT_LOG(error) << what;
+    if (watchdog) {
+      watchdog->report_failure(what);
+    }
+    context.abort(what);
+    context.fail_in_flight(error);
+  } catch (...) {
+    work.fail(std::current_exception());
+  }
+}
+
+// ---- Watchdog ----
+
+Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank)
+    : store_(std::move(world_store)), global_rank_(global_rank) {}
+
+std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, int global_rank) {
+  auto watchdog = std::shared_ptr<Watchdog>(new Watchdog(std::move(world_store), global_rank));
+  watchdog->thread_ = std::thread(&Watchdog::run, std::weak_ptr<Watchdog>(watchdog));
+  return watchdog;
+}
+
+Watchdog::~Watchdog() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the last reference went away on the watchdog's own thread
+  } else {
+    thread_.join();
+  }
+}
+
+void Watchdog::add(const std::shared_ptr<CommContext>& context) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  contexts_.push_back(context);
+}
+
+std::vector<std::shared_ptr<CommContext>> Watchdog::contexts() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<CommContext>> alive;
+  std::erase_if(contexts_, [&](const std::weak_ptr<CommContext>& weak) {
+    auto context = weak.lock();
+    const bool expired = context == nullptr;
+    if (!expired) {
+      alive.push_back(std::move(context));
+    }
+    return expired;
+  });
+  return alive;
+}
+
+void Watchdog::report_failure(const std::string& message) noexcept {
+  try {
+    const std::lock_guard<std::mutex> lock(store_mutex_);
+    store_->compare_set(kFailureKey, "", message);
+  } catch (const std::exception& error) {
+    COHORT_LOG(warn) << "could not publish a failure to the other ranks: " << error.what();
+  }
+  for (const auto& context : contexts()) {
+    context->abort("another communicator of this rank failed: " + message);
+  }
+}
+
+std::optional<std::string> Watchdog::published_failure() noexcept {
+  try {
+    const std::lock_guard<std::mutex> lock(store_mutex_);
+    if (store_->check({kFailureKey})) {
+      return store_->get(kFailureKey, std::chrono::seconds(5));
+    }
+  } catch (const std::exception& error) {
+    COHORT_LOG(debug) << "watchdog could not read the failure key: " << error.what();
+  }
+  return std::nullopt;
+}
+
+std::int64_t Watchdog::request_progress() noexcept {
+  try {
+    const std::lock_guard<std::mutex> lock(store_mutex_);
+    const std::int64_t request = store_->add(kProgressRequestKey, 1);
+    answered_request_.store(std::max(answered_request_.load(), request));
+    return request;
+  } catch (const std::exception& error) {
+    COHORT_LOG(debug) << "could not ask the other ranks for progress: " << error.what();
+    return 0;
+  }
+}
+
+void Watchdog::answer_progress_request() {
+  std::int64_t request = 0;
+  {
+    const std::lock_guard<std::mutex> lock(store_mutex_);
+    if (!store_->check({kProgressRequestKey})) {
+      return;
+    }
+    request = std::stoll(store_->get(kProgressRequestKey, std::chrono::seconds(5)));
+  }
+  if (request > answered_request_.load()) {
+    answered_request_.store(request);
+    publish_all_progress();
+  }
+}
+
+void Watchdog::check_deadlines() {
+  const auto now = Clock::now();
+  for (const auto& context : contexts()) {
+    for (const auto& work : context->in_flight()) {
+      if (!work->done() && now >= work->deadline()) {
+        fail_collective(*context, *work, /*timed_out=*/true, "");
+      }
+    }
+  }
+}
+
+void Watchdog::check_peer_failure() {
+  if (failure_handled_) {
+    return;
+  }
+  const auto failure = published_failure();
+  if (!failure) {
+    return;
+  }
+  failure_handled_ = true;
+  for (const auto& context : contexts()) {
+    if (context->abort("a rank failed: " + *failure)) {
+      std::exception_ptr error;
+      try {
+        COHORT_FAIL(Error, "rank " + std::to_string(global_rank_) + ": " + context->describe() +
+                               " was aborted because a rank failed: " + *failure + "\n" +
+                               versions_line(*context) + "\nRecent collectives of this rank:\n" +
+                               context->recorder->dump());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      context->fail_in_flight(error);
+    }
+  }
+}
+
+void Watchdog::publish_all_progress() {
+  for (const auto& context : contexts()) {
+    if (!context->aborted()) {
+      publish_progress(*context);
+    }
+  }
+}
+
+void Watchdog::run(const std::weak_ptr<Watchdog>& weak) {
+  while (true) {
+    const std::shared_ptr<Watchdog> self = weak.lock();
+    if (!self || !self->tick()) {
+      return;  // touches nothing of the watchdog after this: it may be gone
+    }
+  }
+}
+
+bool Watchdog::tick() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, kTick, [&] { return stopping_; });
+    if (stopping_) {
+      return false;
+    }
+  }
+  try {
+    check_deadlines();
+    const auto now = Clock::now();
+    if (now >= next_peer_check_) {
+      check_peer_failure();
+      answer_progress_request();
+      next_peer_check_ = now + kPeerCheckEvery;
+    }
+    if (now >= next_heartbeat_) {
+      publish_all_progress();
+      next_heartbeat_ = now + kHeartbeatEvery;
+    }
+  } catch (const std::exception& error) {
+    COHORT_LOG(error) << "watchdog: " << error.what();
+  }
+  return true;
+}
+
+}  // namespace cohort::detail

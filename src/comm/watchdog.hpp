@@ -1,0 +1,89 @@
+#pragma once
+
+// Note [Watchdog]
+// One thread per World watches every collective in flight on the world's communicators:
+// - a collective past its deadline is diagnosed (which ranks had not arrived, from the progress
+//   each rank publishes to the store), its communicator aborted, and the failure published under
+//   the world's "failure" key;
+// - a failure another rank published aborts this rank's communicators too, so every rank fails
+//   fast instead of waiting for its own deadline;
+// - once a second it publishes this rank's progress on each communicator (issued and finished
+//   sequence numbers, wall time): the heartbeat that the diagnosis reads;
+// - a rank diagnosing a failure asks every rank for fresh progress (a counter in the store); each
+//   watchdog answers within a tick, tagging its progress with the request's number, so the
+//   diagnosis never blames a rank for progress it had not yet published, and a rank that does not
+//   answer at all is named as not responding.
+// The watchdog uses its own store connection, so a thread blocked on the store never stalls it.
+
+#include "comm_context.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::detail {
+
+class Watchdog : public std::enable_shared_from_this<Watchdog> {
+ public:
+  /// Starts the watchdog's thread. The thread holds the watchdog only while it works, so the
+  /// last owner may let go at any time, even from a thread the watchdog is calling into.
+  static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void add(const std::shared_ptr<CommContext>& context);
+
+  /// Publishes `message` as the world's failure (the first one published wins) and aborts every
+  /// communicator of this rank.
+  void report_failure(const std::string& message) noexcept;
+
+  /// The failure published by any rank, if any (never blocks on the store for long).
+  std::optional<std::string> published_failure() noexcept;
+
+  /// Asks every rank's watchdog to publish its progress now; returns the request's number, which
+  /// their answers carry (see `answered_request`).
+  std::int64_t request_progress() noexcept;
+  /// Publishes progress on every communicator if a request came since the last answer. Called
+  /// by the watchdog's thread, and by a diagnosis waiting for answers (ranks diagnosing at the
+  /// same moment must answer one another).
+  void answer_progress_request();
+  /// The last progress request this rank answered.
+  std::int64_t answered_request() const noexcept { return answered_request_.load(); }
+
+ private:
+  Watchdog(std::unique_ptr<Store> world_store, int global_rank);
+  static void run(const std::weak_ptr<Watchdog>& weak);
+  /// One round: waits a tick, then checks; false once stopping.
+  bool tick();
+  void check_deadlines();
+  void check_peer_failure();
+  void publish_all_progress();
+  std::vector<std::shared_ptr<CommContext>> contexts();
+
+  std::unique_ptr<Store> store_;
+  std::mutex store_mutex_;
+  int global_rank_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool failure_handled_ = false;
+  std::chrono::steady_clock::time_point next_peer_check_{};
+  std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::atomic<std::int64_t> answered_request_{0};
+  std::vector<std::weak_ptr<CommContext>> contexts_;
+  std::thread thread_;
+};
+
+/// Fails `work` (and every other collective in flight on `context`) after a timeout
+/// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers, aborts the communicator,
+/// publishes the failure through the watchdog. The first failure of a work wins.
+void fail_collective(CommContext& context, WorkState& work, bool timed_out,
+                     const std::string& cause) noexcept;
+
+}  // namespace cohort::detail

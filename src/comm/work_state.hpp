@@ -1,0 +1,61 @@
+#pragma once
+
+// The shared state behind a Work, completed by the backend or failed by the backend or the
+// watchdog, whichever comes first.
+
+#include <cohort/comm/communicator.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+
+namespace cohort::detail {
+
+class FlightRecorder;
+
+class WorkState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  WorkState(CollectiveRecord record, Clock::time_point deadline,
+            std::shared_ptr<FlightRecorder> recorder);
+
+  const CollectiveRecord& record() const noexcept { return record_; }
+  Clock::time_point issued_at() const noexcept { return issued_at_; }
+  Clock::time_point deadline() const noexcept { return deadline_; }
+
+  /// For backends whose completion must be polled (a CUDA event): returns true once finished.
+  /// Set before the Work is handed out; called by `done()` and the watchdog.
+  void set_completion_probe(std::function<bool()> probe) { probe_ = std::move(probe); }
+
+  /// Marks success; ignored when the work already failed. Returns whether it took effect.
+  bool complete();
+  /// Marks failure with `error`; ignored when the work already finished. Returns whether it
+  /// took effect (the first failure wins, so the most informative one should come first).
+  bool fail(std::exception_ptr error);
+
+  /// Whether finished, polling the probe if any.
+  bool done();
+  /// Blocks until finished or `until`; returns whether finished. Polls the probe when set.
+  bool wait_until(Clock::time_point until);
+  /// Rethrows the failure, if any.
+  void rethrow_if_failed();
+
+ private:
+  void finish_locked(CollectiveRecord::State state);
+
+  CollectiveRecord record_;
+  Clock::time_point issued_at_;
+  Clock::time_point deadline_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  std::function<bool()> probe_;
+
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace cohort::detail

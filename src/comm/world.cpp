@@ -1,0 +1,364 @@
+#include "comm_context.hpp"
+#include "gloo_communicator.hpp"
+#include "watchdog.hpp"
+#if COHORT_WITH_CUDA
+#include "nccl_communicator.hpp"
+#endif
+
+#include <cohort/comm/world.hpp>
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/launch/memory_store.hpp>
+#include <cohort/launch/rendezvous.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cohort {
+
+struct World::Impl {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int node_rank = 0;
+  int num_nodes = 1;
+  Device device = Device::host();
+  Backend backend = Backend::gloo;
+  std::chrono::milliseconds timeout{};
+  std::shared_ptr<Store> store;
+  std::shared_ptr<detail::Watchdog> watchdog;
+  std::unique_ptr<Communicator> global;
+  std::unique_ptr<Communicator> local;
+  std::unique_ptr<Communicator> cross;
+
+  ~Impl() {
+    // The same order on every rank: NCCL's destroy is collective within a node.
+    cross.reset();
+    local.reset();
+    global.reset();
+  }
+};
+
+namespace {
+
+constexpr auto kDefaultTimeout = std::chrono::minutes(10);
+
+/// A peer that dies closes its sockets, and a write to one raises SIGPIPE, whose default action
+/// kills the process inside Gloo's socket writes, before cohort can report which rank failed. So
+/// SIGPIPE is ignored when (and only when) the program left it at its default; writes then fail
+/// with EPIPE, which the backends report as errors.
+void ignore_default_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) {
+    return "localhost";
+  }
+  return name;
+}
+
+std::chrono::milliseconds timeout_from(const WorldOptions& options) {
+  if (options.timeout) {
+    COHORT_EXPECTS(options.timeout->count() > 0, "the world's timeout must be positive");
+    return *options.timeout;
+  }
+  if (const char* text = std::getenv("COHORT_TIMEOUT"); text != nullptr && *text != '\0') {
+    return parse_duration(text, "COHORT_TIMEOUT");
+  }
+  return kDefaultTimeout;
+}
+
+bool debug_from(const WorldOptions& options) {
+  if (options.debug_collectives) {
+    return *options.debug_collectives;
+  }
+  const char* text = std::getenv("COHORT_DEBUG_COLLECTIVES");
+  return text != nullptr && std::strcmp(text, "0") != 0 && *text != '\0';
+}
+
+Backend choose_backend(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::gloo:
+      return Backend::gloo;
+    case BackendChoice::nccl:
+      COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
+                     "the NCCL backend was asked for, but " + cuda_unavailable_reason());
+      return Backend::nccl;
+    case BackendChoice::automatic:
+      break;
+  }
+  return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
+}
+
+/// Node of each rank, from the host names (or simulated nodes) every rank publishes.
+void discover_nodes(Store& store, World::Impl& world, int ranks_per_node) {
+  const std::string mine = ranks_per_node > 0
+                               ? "node" + std::to_string(world.rank / ranks_per_node)
+                               : host_name();
+  store.set("host/" + std::to_string(world.rank), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world.size; ++r) {
+    keys.push_back("host/" + std::to_string(r));
+  }
+  try {
+    store.wait(keys, world.timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int r = 0; r < world.size; ++r) {
+      if (!store.check({keys[static_cast<std::size_t>(r)]})) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+    }
+    COHORT_FAIL(TimeoutError, "rank " + std::to_string(world.rank) + ": forming a world of " +
+                                  std::to_string(world.size) + " ranks timed out after " +
+                                  std::to_string(world.timeout.count()) + " ms: ranks " +
+                                  missing + " never joined through " + store.describe() +
+                                  ". Check that they were started and reach cohort::init().");
+  }
+  std::map<std::string, int> node_of_host;
+  std::vector<int> node(static_cast<std::size_t>(world.size));
+  for (int r = 0; r < world.size; ++r) {
+    const std::string host = store.get(keys[static_cast<std::size_t>(r)]);
+    auto [it, inserted] = node_of_host.emplace(host, static_cast<int>(node_of_host.size()));
+    node[static_cast<std::size_t>(r)] = it->second;
+  }
+  world.num_nodes = static_cast<int>(node_of_host.size());
+  world.node_rank = node[static_cast<std::size_t>(world.rank)];
+  world.local_rank = 0;
+  world.local_size = 0;
+  for (int r = 0; r < world.size; ++r) {
+    if (node[static_cast<std::size_t>(r)] == world.node_rank) {
+      if (r < world.rank) {
+        ++world.local_rank;
+      }
+      ++world.local_size;
+    }
+  }
+}
+
+Device choose_device(const World::Impl& world) {
+  if (world.backend == Backend::gloo) {
+    return Device::host();
+  }
+  const int gpus = cuda_device_count();
+  if (world.local_rank >= gpus) {
+    const char* shared = std::getenv("COHORT_ALLOW_SHARED_GPU");
+    COHORT_EXPECTS(shared != nullptr && std::strcmp(shared, "1") == 0,
+                   "rank " + std::to_string(world.rank) + " is local rank " +
+                       std::to_string(world.local_rank) + " of " +
+                       std::to_string(world.local_size) + " on its node, but only " +
+                       std::to_string(gpus) +
+                       " GPUs are visible: start at most one rank per GPU (cohortrun "
+                       "--nproc-per-node " +
+                       std::to_string(gpus) +
+                       "), check CUDA_VISIBLE_DEVICES, or use the Gloo backend. "
+                       "(COHORT_ALLOW_SHARED_GPU=1 places several ranks on one GPU, which NCCL "
+                       "supports only with NCCL_MULTI_RANK_GPU_ENABLE=1 on NCCL 2.30+.)");
+    return Device::cuda(world.local_rank % gpus);
+  }
+  return Device::cuda(world.local_rank);
+}
+
+std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
+                                          const std::shared_ptr<Store>& monitor_store) {
+  auto context = std::make_shared<detail::CommContext>();
+  context->rank = world.rank;
+  context->size = world.size;
+  context->device = world.device;
+  context->backend = world.backend;
+  context->name = "global";
+  context->id = "global";
+  for (int r = 0; r < world.size; ++r) {
+    context->global_ranks.push_back(r);
+  }
+  context->store = std::make_shared<PrefixStore>("global", world.store);
+  context->monitor_store = std::make_shared<PrefixStore>("global", monitor_store);
+  context->timeout = world.timeout;
+  context->debug_collectives = debug;
+  context->watchdog = world.watchdog;
+  if (world.backend == Backend::nccl) {
+#if COHORT_WITH_CUDA
+    return std::make_unique<detail::NcclCommunicator>(std::move(context));
+#endif
+  }
+  return std::make_unique<detail::GlooCommunicator>(
+      std::move(context), detail::make_gloo_device(/*local_only=*/world.num_nodes == 1));
+}
+
+}  // namespace
+
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what) {
+  auto fail = [&] {
+    COHORT_FAIL(InvalidArgument,
+                std::string(what) + "='" + std::string(text) +
+                    "' is not a duration; use seconds (600) or a number with ms, s, m or h "
+                    "(500ms, 90s, 10m, 1h)");
+  };
+  double value = 0.0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const auto [rest, error] = std::from_chars(begin, end, value);
+  if (error != std::errc() || rest == begin || value <= 0.0) {
+    fail();
+  }
+  const std::string_view unit(rest, static_cast<std::size_t>(end - rest));
+  double millis = 0.0;
+  if (unit.empty() || unit == "s") {
+    millis = value * 1000.0;
+  } else if (unit == "ms") {
+    millis = value;
+  } else if (unit == "m") {
+    millis = value * 60'000.0;
+  } else if (unit == "h") {
+    millis = value * 3'600'000.0;
+  } else {
+    fail();
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(millis));
+}
+
+World::World(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+World::World(World&&) noexcept = default;
+World& World::operator=(World&&) noexcept = default;
+World::~World() = default;
+
+int World::rank() const noexcept { return impl_->rank; }
+int World::size() const noexcept { return impl_->size; }
+int World::local_rank() const noexcept { return impl_->local_rank; }
+int World::local_size() const noexcept { return impl_->local_size; }
+int World::node_rank() const noexcept { return impl_->node_rank; }
+int World::num_nodes() const noexcept { return impl_->num_nodes; }
+Device World::device() const noexcept { return impl_->device; }
+Backend World::backend() const noexcept { return impl_->backend; }
+Communicator& World::comm() noexcept { return *impl_->global; }
+Communicator& World::local() noexcept { return *impl_->local; }
+Communicator& World::cross() noexcept { return *impl_->cross; }
+Store& World::store() noexcept { return *impl_->store; }
+std::chrono::milliseconds World::timeout() const noexcept { return impl_->timeout; }
+
+std::string World::describe() const {
+  return "rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " (local " +
+         std::to_string(local_rank()) + " of " + std::to_string(local_size()) + ", node " +
+         std::to_string(node_rank()) + " of " + std::to_string(num_nodes()) + ") on " +
+         device().to_string() + ", " + std::string(to_string(backend()));
+}
+
+World init(WorldOptions options) {
+  ignore_default_sigpipe();
+  const LaunchInfo launch = options.launch ? *options.launch : LaunchInfo::from_environment();
+  auto impl = std::make_unique<World::Impl>();
+  impl->rank = launch.rank;
+  impl->size = launch.world_size;
+  impl->timeout = timeout_from(options);
+  if (!options.launch) {
+    set_process_log_rank(launch.rank);  // ranks as threads set their own (run_local)
+  }
+
+  std::shared_ptr<Store> base = options.store ? options.store : connect_store(launch, impl->timeout);
+  // A generation per init, so that a store reused for a second world never mixes their keys.
+  const std::int64_t generation = base->add("cohort/generation/" + std::to_string(launch.rank), 1);
+  const std::string scope = "cohort/world" + std::to_string(generation);
+  impl->store = std::make_shared<PrefixStore>(scope, base);
+  std::shared_ptr<Store> monitor_store =
+      std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
+
+  discover_nodes(*impl->store, *impl, options.ranks_per_node);
+  impl->backend = choose_backend(options.backend);
+  impl->device = choose_device(*impl);
+  impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);
+
+  const bool debug = debug_from(options);
+  impl->global = make_global(*impl, debug, monitor_store);
+  impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
+  impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
+  World world(std::move(impl));
+  COHORT_LOG(info) << "joined: " << world.describe();
+  return world;
+}
+
+void run_local(int ranks, const std::function<void(World&)>& fn, WorldOptions options) {
+  COHORT_EXPECTS(ranks >= 1, "run_local needs at least one rank, got " + std::to_string(ranks));
+  const auto timeout = timeout_from(options);
+  std::shared_ptr<Store> store =
+      options.store ? options.store : std::make_shared<MemoryStore>(timeout);
+  const bool wants_gpu = choose_backend(options.backend) == Backend::nccl;
+  if (wants_gpu) {
+    COHORT_EXPECTS(ranks <= cuda_device_count() || std::getenv("COHORT_ALLOW_SHARED_GPU") != nullptr,
+                   "run_local with " + std::to_string(ranks) + " ranks on the NCCL backend needs " +
+                       std::to_string(ranks) + " GPUs; " + std::to_string(cuda_device_count()) +
+                       " are visible");
+  }
+
+  std::mutex mutex;
+  std::exception_ptr first_error;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      set_thread_log_rank(r);
+      std::optional<World> world;
+      try {
+        WorldOptions mine = options;
+        LaunchInfo launch;
+        launch.rank = r;
+        launch.world_size = ranks;
+        launch.local_rank = r;
+        launch.local_world_size = ranks;
+        launch.run_id = "run_local";
+        mine.launch = launch;
+        mine.store = store;
+        mine.timeout = timeout;
+        world.emplace(init(std::move(mine)));
+        fn(*world);
+      } catch (...) {
+        const std::exception_ptr error = std::current_exception();
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        {
+          const std::lock_guard<std::mutex> lock(mutex);
+          if (!first_error) {
+            first_error = error;
+          }
+        }
+        if (world) {
+          // Tell the other ranks, so that they fail now rather than at their deadline.
+          world->impl_->watchdog->report_failure("rank " + std::to_string(r) + " raised: " + what);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  if (first_error) {
+    std::rethrow_exception(first_error);
+  }
+}
+
+}  // namespace cohort

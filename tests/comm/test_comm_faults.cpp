@@ -1,0 +1,203 @@
+// What happens when ranks misbehave: a rank that never arrives, a rank that fails, mismatched
+// calls, a rank that never joins. Ranks are threads; see test_comm_processes for killed processes.
+#include <cohort/comm/world.hpp>
+#include <cohort/core/stream.hpp>
+#include <cohort/launch/memory_store.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+cohort::WorldOptions options_with_timeout(std::chrono::milliseconds timeout) {
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::gloo;
+  options.timeout = timeout;
+  return options;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+TEST(Faults, RankThatNeverArrivesIsNamedAtTheDeadline) {
+  const auto timeout = std::chrono::milliseconds(2500);
+  const auto start = Clock::now();
+  std::string message;
+  try {
+    cohort::run_local(
+        4,
+        [](cohort::World& world) {
+          const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+          std::vector<float> data(1024, 1.0f);
+          world.comm().all_reduce(std::span<float>(data), cohort::ReduceOp::sum, stream).wait();
+          if (world.rank() == 2) {
+            // Rank 2 skips the second collective and waits for the others to give up.
+            while (!world.comm().aborted()) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            return;
+          }
+          world.comm().all_reduce(std::span<float>(data), cohort::ReduceOp::sum, stream).wait();
+        },
+        options_with_timeout(timeout));
+    FAIL() << "the collective that rank 2 skipped did not fail";
+  } catch (const cohort::TimeoutError& error) {
+    message = error.what();
+  }
+  EXPECT_LT(seconds_since(start), 2.5 + 5.0);
+  EXPECT_THAT(message, HasSubstr("#2 all_reduce 1024 x f32 (4.00 KiB) sum"));
+  EXPECT_THAT(message, HasSubstr("did not complete within 2500 ms"));
+  EXPECT_THAT(message, HasSubstr("ranks that had not arrived: rank 2 (last issued #1)"));
+  EXPECT_THAT(message, HasSubstr("Recent collectives of this rank"));
+  EXPECT_THAT(message, HasSubstr("#1 all_reduce 1024 x f32 (4.00 KiB) sum: completed"));
+  EXPECT_THAT(message, HasSubstr("Gloo 0.5"));
+}
+
+TEST(Faults, RankThatRaisesStopsTheOthersLongBeforeTheDeadline) {
+  const auto start = Clock::now();
+  try {
+    cohort::run_local(
+        4,
+        [](cohort::World& world) {
+          const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+          std::vector<double> data(100, 1.0);
+          if (world.rank() == 1) {
+            throw std::runtime_error("out of data on rank 1");
+          }
+          world.comm().all_reduce(std::span<double>(data), cohort::ReduceOp::sum, stream).wait();
+        },
+        options_with_timeout(std::chrono::seconds(60)));
+    FAIL() << "no error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "out of data on rank 1");  // the first error, not its echoes
+  }
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
+TEST(Faults, TheOthersSeeWhichRankFailed) {
+  std::vector<std::string> messages(3);
+  try {
+    cohort::run_local(
+        3,
+        [&](cohort::World& world) {
+          const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+          std::vector<std::int32_t> data(10, 1);
+          if (world.rank() == 0) {
+            throw std::runtime_error("bad batch");
+          }
+          try {
+            world.comm().all_reduce(std::span<std::int32_t>(data), cohort::ReduceOp::sum, stream)
+                .wait();
+          } catch (const cohort::Error& error) {
+            messages[static_cast<std::size_t>(world.rank())] = error.what();
+            throw;
+          }
+        },
+        options_with_timeout(std::chrono::seconds(60)));
+  } catch (const std::runtime_error&) {
+  }
+  for (int r : {1, 2}) {
+    EXPECT_THAT(messages[static_cast<std::size_t>(r)], HasSubstr("rank 0 raised: bad batch"))
+        << "rank " << r;
+  }
+}
+
+TEST(Faults, MismatchedCallsAreCaughtByTheDebugCheck) {
+  cohort::WorldOptions options = options_with_timeout(std::chrono::seconds(30));
+  options.debug_collectives = true;
+  std::string message;
+  try {
+    cohort::run_local(
+        3,
+        [](cohort::World& world) {
+          const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+          std::vector<float> data(world.rank() == 1 ? 5 : 4, 1.0f);
+          world.comm().all_reduce(std::span<float>(data), cohort::ReduceOp::sum, stream).wait();
+        },
+        options);
+    FAIL() << "mismatched counts were not caught";
+  } catch (const cohort::InvalidArgument& error) {
+    message = error.what();
+  }
+  EXPECT_THAT(message, HasSubstr("differs between ranks"));
+  EXPECT_THAT(message, HasSubstr("count=5"));
+  EXPECT_THAT(message, HasSubstr("count=4"));
+  EXPECT_THAT(message, HasSubstr("rank 1"));
+}
+
+TEST(Faults, DebugCheckPassesMatchingCalls) {
+  cohort::WorldOptions options = options_with_timeout(std::chrono::seconds(30));
+  options.debug_collectives = true;
+  cohort::run_local(
+      3,
+      [](cohort::World& world) {
+        const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+        std::vector<float> data(6, 2.0f);
+        for (int i = 0; i < 5; ++i) {
+          world.comm().all_reduce(std::span<float>(data), cohort::ReduceOp::max, stream);
+        }
+        stream.synchronize();
+        EXPECT_EQ(data[0], 2.0f);
+      },
+      options);
+}
+
+TEST(Faults, RankThatNeverJoinsIsNamed) {
+  auto store = std::make_shared<cohort::MemoryStore>();
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> ranks;
+  const auto start = Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      cohort::WorldOptions options = options_with_timeout(std::chrono::milliseconds(800));
+      cohort::LaunchInfo launch;
+      launch.rank = r;
+      launch.world_size = 3;  // rank 2 never starts
+      launch.local_world_size = 3;
+      launch.local_rank = r;
+      options.launch = launch;
+      options.store = store;
+      try {
+        cohort::World world = cohort::init(options);
+      } catch (const cohort::TimeoutError& error) {
+        messages[static_cast<std::size_t>(r)] = error.what();
+      }
+    });
+  }
+  for (auto& rank : ranks) rank.join();
+  EXPECT_LT(seconds_since(start), 5.0);
+  for (const auto& message : messages) {
+    EXPECT_THAT(message, HasSubstr("ranks 2 never joined"));
+  }
+}
+
+TEST(Faults, AbortFailsLaterCollectivesAtOnce) {
+  cohort::run_local(
+      2,
+      [](cohort::World& world) {
+        const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+        world.comm().barrier(stream).wait();
+        world.local().abort("the test said so");
+        EXPECT_TRUE(world.local().aborted());
+        std::vector<float> data(3, 1.0f);
+        try {
+          world.local().all_reduce(std::span<float>(data), cohort::ReduceOp::sum, stream);
+          ADD_FAILURE() << "an aborted communicator accepted a collective";
+        } catch (const cohort::Error& error) {
+          EXPECT_THAT(error.what(), HasSubstr("the test said so"));
+        }
+      },
+      options_with_timeout(std::chrono::seconds(30)));
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+// NCCL through run_local on every GPU found: each collective against the host's closed form.
+#include <cohort/comm/world.hpp>
+#include <cohort/core/stream.hpp>
+
+#if COHORT_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace {
+
+class NcclCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cohort::cuda_device_count() == 0) {
+      GTEST_SKIP() << "no GPU: " << cohort::cuda_unavailable_reason();
+    }
+  }
+};
+
+#if COHORT_WITH_CUDA
+template <typename T>
+std::vector<T> to_host(const T* device, std::size_t count, const cohort::Stream& stream) {
+  std::vector<T> host(count);
+  stream.synchronize();
+  if (count > 0 &&
+      cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    ADD_FAILURE() << "cudaMemcpy to host failed";
+  }
+  return host;
+}
+
+TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
+  const int gpus = cohort::cuda_device_count();
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::nccl;
+  options.timeout = std::chrono::seconds(120);
+  cohort::run_local(
+      gpus,
+      [](cohort::World& world) {
+        ASSERT_EQ(world.backend(), cohort::Backend::nccl);
+        ASSERT_EQ(world.device(), cohort::Device::cuda(world.rank()));
+        const cohort::Stream stream = cohort::Stream::create(world.device());
+        const int n = world.size();
+        const int r = world.rank();
+        constexpr std::size_t kCount = 100'003;
+        std::vector<float> host(kCount * static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < host.size(); ++i) {
+          host[i] = static_cast<float>(r + 1) + static_cast<float>(i % 5);
+        }
+        float* data = nullptr;
+        float* out = nullptr;
+        ASSERT_EQ(cudaMalloc(&data, host.size() * sizeof(float)), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out, host.size() * sizeof(float)), cudaSuccess);
+        auto upload = [&] {
+          ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        };
+        const auto device = world.device();
+        const double base = n * (n + 1) / 2.0;
+
+        upload();
+        world.comm().all_reduce(cohort::TensorView::of(data, kCount, device),
+                                cohort::ReduceOp::sum, stream);
+        auto result = to_host(data, kCount, stream);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(result[i], static_cast<float>(base + n * static_cast<double>(i % 5))) << i;
+        }
+        upload();
+        world.comm().all_reduce(cohort::TensorView::of(data, kCount, device),
+                                cohort::TensorView::of(out, kCount, device),
+                                cohort::ReduceOp::max, stream);
+        result = to_host(out, kCount, stream);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(result[i], static_cast<float>(n + static_cast<double>(i % 5))) << i;
+        }
+        upload();
+        world.comm().reduce_scatter(
+            cohort::TensorView::of(data, kCount * static_cast<std::size_t>(n), device),
+            cohort::TensorView::of(out, kCount, device), cohort::ReduceOp::avg, stream);
+        result = to_host(out, kCount, stream);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          const std::size_t global = static_cast<std::size_t>(r) * kCount + i;
+          ASSERT_FLOAT_EQ(result[i], static_cast<float>(base / n + static_cast<double>(global % 5)));
+        }
+        upload();
+        world.comm().all_gather(cohort::TensorView::of(data, kCount, device),
+                                cohort::TensorView::of(out, kCount * static_cast<std::size_t>(n),
+                                                       device),
+                                stream);
+        result = to_host(out, kCount * static_cast<std::size_t>(n), stream);
+        for (int q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < kCount; ++i) {
+            ASSERT_EQ(result[static_cast<std::size_t>(q) * kCount + i],
+                      static_cast<float>(q + 1) + static_cast<float>(i % 5));
+          }
+        }
+        upload();
+        world.comm().broadcast(cohort::TensorView::of(data, kCount, device), n - 1, stream);
+        result = to_host(data, kCount, stream);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(result[i], static_cast<float>(n) + static_cast<float>(i % 5));
+        }
+        world.comm().barrier(stream).wait();
+        cudaFree(data);
+        cudaFree(out);
+      },
+      options);
+}
+#endif
+
+}  // namespace
