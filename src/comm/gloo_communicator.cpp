@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace cohort::detail {
@@ -338,10 +339,17 @@ void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }
 
 void GlooCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
-  Event input_ready = Event::create(Device::host());
-  input_ready.record(stream);
+  // The input is ready once the work already on `stream` is done; when there is none, there is
+  // nothing to wait for (and no event to record: the common case of a caller that synchronizes).
+  std::optional<Event> input_ready;
+  if (!stream.ready()) {
+    input_ready = Event::create(Device::host());
+    input_ready->record(stream);
+  }
   worker_->enqueue([call, input_ready, work, gloo = gloo_, context = shared_context()] {
-    input_ready.synchronize();
+    if (input_ready) {
+      input_ready->synchronize();
+    }
     if (context->aborted()) {
       try {
         COHORT_FAIL(Error, context->describe() + " was aborted before " +

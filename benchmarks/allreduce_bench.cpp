@@ -1,0 +1,480 @@
+// allreduce_bench: all-reduce bandwidth through cohort, against the raw backend, in the table
+// nccl-tests' all_reduce_perf prints.
+//
+//   cohortrun --nproc-per-node 8 build/default/benchmarks/allreduce_bench -b 8 -e 8G -f 2
+//   build/ci/benchmarks/allreduce_bench --ranks 4 -b 1K -e 32M        # 4 host ranks, threads
+//
+// Every rank runs each size out of place, in place, and through the backend called directly
+// (ncclAllReduce or gloo::allreduce on the same communicator and buffers), one operation at a time
+// and interleaved, so that load on the machine hits the three alike. Times are medians over the
+// iterations (nccl-tests reports the mean of back-to-back launches), averaged over ranks.
+// busbw = algbw x 2(n-1)/n, as nccl-tests defines it; GB/s are 1e9 bytes per second.
+
+#include <cohort/comm/world.hpp>
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/version.hpp>
+
+#include <CLI/CLI.hpp>
+#include <gloo/allreduce.h>
+#include <gloo/context.h>
+#include <gloo/math.h>
+#include <nlohmann/json.hpp>
+
+#if COHORT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string min_bytes = "32M";
+  std::string max_bytes = "32M";
+  double step_factor = 2.0;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string dtype = "float";
+  std::string op = "sum";
+  int ranks = 0;  // host ranks as threads when not launched by a launcher
+  std::string json;
+};
+
+std::size_t parse_size(const std::string& text) {
+  std::size_t end = 0;
+  const double value = std::stod(text, &end);
+  const std::string unit = text.substr(end);
+  double scale = 1.0;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024.0 * 1024.0;
+  else if (!unit.empty() && unit != "B") {
+    COHORT_FAIL(cohort::InvalidArgument, "size '" + text + "': use a number with K, M or G");
+  }
+  return static_cast<std::size_t>(value * scale);
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
+}
+
+/// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend.
+class Memory {
+ public:
+  Memory(cohort::Device device, std::size_t bytes) : device_(device), bytes_(bytes) {
+    if (device.is_host()) {
+      host_.resize(std::max<std::size_t>(bytes, 1));
+      data_ = host_.data();
+      return;
+    }
+#if COHORT_WITH_CUDA
+    if (cudaMalloc(&data_, std::max<std::size_t>(bytes, 1)) != cudaSuccess) {
+      COHORT_FAIL(cohort::OutOfMemory, "cudaMalloc of " + std::to_string(bytes) + " bytes failed");
+    }
+#endif
+  }
+  ~Memory() {
+#if COHORT_WITH_CUDA
+    if (device_.is_cuda()) cudaFree(data_);
+#endif
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  void* data() const { return data_; }
+  void upload(const std::vector<std::byte>& bytes) {
+    if (device_.is_host()) {
+      std::memcpy(data_, bytes.data(), bytes.size());
+      return;
+    }
+#if COHORT_WITH_CUDA
+    cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+#endif
+  }
+  std::vector<std::byte> download() const {
+    std::vector<std::byte> bytes(bytes_);
+    if (device_.is_host()) {
+      std::memcpy(bytes.data(), data_, bytes_);
+    } else {
+#if COHORT_WITH_CUDA
+      cudaMemcpy(bytes.data(), data_, bytes_, cudaMemcpyDeviceToHost);
+#endif
+    }
+    return bytes;
+  }
+
+ private:
+  cohort::Device device_;
+  std::size_t bytes_;
+  std::vector<std::byte> host_;
+  void* data_ = nullptr;
+};
+
+// Rank r contributes (r + i) % 5 + 1 at element i: small integers, exact in every dtype, so the
+// reduced value is exact and any difference is a wrong element (as nccl-tests checks).
+double contribution(int rank, std::size_t i) {
+  return static_cast<double>((static_cast<std::size_t>(rank) + i) % 5 + 1);
+}
+
+double expected(cohort::ReduceOp op, int ranks, std::size_t i) {
+  double sum = 0.0, low = 1e300, high = -1e300;
+  for (int r = 0; r < ranks; ++r) {
+    const double v = contribution(r, i);
+    sum += v;
+    low = std::min(low, v);
+    high = std::max(high, v);
+  }
+  switch (op) {
+    case cohort::ReduceOp::sum: return sum;
+    case cohort::ReduceOp::avg: return sum / ranks;
+    case cohort::ReduceOp::min: return low;
+    case cohort::ReduceOp::max: return high;
+  }
+  return 0.0;
+}
+
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+std::vector<std::byte> pattern(cohort::DType dtype, int rank, std::size_t count) {
+  std::vector<std::byte> bytes(count * cohort::size_of(dtype));
+  cohort::visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto* values = reinterpret_cast<T*>(bytes.data());
+    for (std::size_t i = 0; i < count; ++i) values[i] = from_double<T>(contribution(rank, i));
+  });
+  return bytes;
+}
+
+std::size_t count_wrong(cohort::DType dtype, cohort::ReduceOp op, int ranks,
+                        const std::vector<std::byte>& bytes) {
+  std::size_t wrong = 0;
+  cohort::visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const auto* values = reinterpret_cast<const T*>(bytes.data());
+    const std::size_t count = bytes.size() / sizeof(T);
+    for (std::size_t i = 0; i < count; ++i) {
+      double want = expected(op, ranks, i);
+      if constexpr (std::is_integral_v<T>) want = std::trunc(want);
+      const double got = to_double(values[i]);
+      // Exact, except avg in 16-bit floats, which rounds once (a relative 2^-8 for bf16).
+      const double tolerance = op == cohort::ReduceOp::avg ? std::abs(want) / 128.0 : 0.0;
+      if (std::abs(got - want) > tolerance) ++wrong;
+    }
+  });
+  return wrong;
+}
+
+/// The backend called directly, in place, on the communicator's own handle.
+class RawBackend {
+ public:
+  RawBackend(cohort::Communicator& comm, cohort::DType dtype, cohort::ReduceOp op)
+      : comm_(comm), dtype_(dtype), op_(op) {}
+
+  void all_reduce(void* data, std::size_t count, const cohort::Stream& stream) {
+    if (comm_.backend() == cohort::Backend::gloo) {
+      auto* context = static_cast<gloo::Context*>(comm_.native_handle());
+      std::shared_ptr<gloo::Context> shared(std::shared_ptr<gloo::Context>(), context);
+      cohort::visit_dtype(dtype_, [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                      std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
+                      std::is_same_v<T, std::uint8_t>) {
+          gloo::AllreduceOptions options(shared);
+          options.setOutput(static_cast<T*>(data), count);
+          using Reduce = void (*)(void*, const void*, const void*, std::size_t);
+          Reduce reduce = static_cast<Reduce>(&gloo::sum<T>);
+          if (op_ == cohort::ReduceOp::min) reduce = static_cast<Reduce>(&gloo::min<T>);
+          if (op_ == cohort::ReduceOp::max) reduce = static_cast<Reduce>(&gloo::max<T>);
+          options.setReduceFunction(reduce);
+          gloo::allreduce(options);
+        } else {
+          COHORT_FAIL(cohort::InvalidArgument, "raw Gloo timing covers f32, f64 and integers");
+        }
+      });
+      return;
+    }
+#if COHORT_WITH_CUDA
+    static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat64, ncclFloat16,
+                                                ncclBfloat16, ncclInt32, ncclInt64, ncclUint8};
+    static constexpr ncclRedOp_t kOps[] = {ncclSum, ncclAvg, ncclMin, ncclMax};
+    auto comm = static_cast<ncclComm_t>(comm_.native_handle());
+    auto cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
+    ncclResult_t result = ncclAllReduce(data, data, count, kTypes[static_cast<int>(dtype_)],
+                                        kOps[static_cast<int>(op_)], comm, cuda_stream);
+    while (result == ncclInProgress) {
+      ncclCommGetAsyncError(comm, &result);
+    }
+    COHORT_CHECK(result == ncclSuccess, cohort::NcclError,
+                 std::string("raw ncclAllReduce failed: ") + ncclGetErrorString(result));
+    cudaStreamSynchronize(cuda_stream);
+#else
+    (void)stream;
+#endif
+  }
+
+ private:
+  cohort::Communicator& comm_;
+  cohort::DType dtype_;
+  cohort::ReduceOp op_;
+};
+
+struct Row {
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  double oop_us = 0, ip_us = 0, raw_us = 0;
+  std::size_t oop_wrong = 0, ip_wrong = 0;
+};
+
+double algbw(std::size_t bytes, double us) {
+  return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0;
+}
+
+/// Mean of a value over ranks, through the store (keys unique per call).
+double mean_over_ranks(cohort::World& world, const std::string& key, double value) {
+  world.store().set(key + "/" + std::to_string(world.rank()), std::to_string(value));
+  double sum = 0.0;
+  for (int r = 0; r < world.size(); ++r) {
+    sum += std::stod(world.store().get(key + "/" + std::to_string(r)));
+  }
+  return sum / world.size();
+}
+
+std::string machine_line() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ", " + std::to_string(std::thread::hardware_concurrency()) +
+         " CPU threads";
+}
+
+int run(cohort::World& world, const Options& options) {
+  const auto dtype = cohort::parse_dtype(options.dtype);
+  COHORT_EXPECTS(dtype.has_value(), "-d " + options.dtype + ": not a dtype (float, half, ...)");
+  cohort::ReduceOp op = cohort::ReduceOp::sum;
+  if (options.op == "avg") op = cohort::ReduceOp::avg;
+  else if (options.op == "min") op = cohort::ReduceOp::min;
+  else if (options.op == "max") op = cohort::ReduceOp::max;
+  else COHORT_EXPECTS(options.op == "sum", "-o " + options.op + ": use sum, avg, min or max");
+
+  cohort::Communicator& comm = world.comm();
+  const cohort::Stream stream = cohort::Stream::create(world.device());
+  const std::size_t element = cohort::size_of(*dtype);
+  const std::size_t min_bytes = std::max(parse_size(options.min_bytes), element);
+  const std::size_t max_bytes = std::max(parse_size(options.max_bytes), min_bytes);
+  const int n = world.size();
+  const bool leader = world.rank() == 0;
+  const bool raw_supported = comm.backend() == cohort::Backend::nccl ||
+                             (*dtype != cohort::DType::f16 && *dtype != cohort::DType::bf16 &&
+                              op != cohort::ReduceOp::avg);
+  RawBackend raw(comm, *dtype, op);
+
+  if (leader) {
+    std::printf("# cohort allreduce_bench: %d ranks on %s (%s), %s; cohort %s\n", n,
+                world.device().to_string().c_str(), std::string(to_string(comm.backend())).c_str(),
+                machine_line().c_str(), cohort::version());
+    std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
+                "validation: %d; times are medians, averaged over ranks\n#\n",
+                min_bytes, max_bytes, options.step_factor, options.warmup, options.iters,
+                options.check);
+    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "", "", "",
+                "", "out-of-place", "", "", "", "in-place", "", "", "", "raw", "");
+    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
+                "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                "busbw", "#wrong", "busbw", "ratio");
+    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "(B)",
+                "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+                "(GB/s)", "");
+  }
+
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  std::vector<Row> rows;
+  std::size_t total_wrong = 0;
+  int sequence = 0;
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes;
+       bytes = std::max(bytes + element, static_cast<std::size_t>(static_cast<double>(bytes) * options.step_factor))) {
+    Row row;
+    row.count = bytes / element;
+    row.bytes = row.count * element;
+    Memory input(world.device(), row.bytes);
+    Memory output(world.device(), row.bytes);
+    input.upload(pattern(*dtype, world.rank(), row.count));
+    const auto in_view = cohort::TensorView(input.data(), row.count, *dtype, world.device());
+    const auto out_view = cohort::TensorView(output.data(), row.count, *dtype, world.device());
+
+    auto timed = [&](auto&& body) {
+      const auto start = Clock::now();
+      body();
+      return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    };
+    auto cohort_oop = [&] {
+      comm.all_reduce(in_view, out_view, op, stream).wait();
+      stream.synchronize();
+    };
+    auto cohort_ip = [&] {
+      comm.all_reduce(out_view, op, stream).wait();
+      stream.synchronize();
+    };
+    auto raw_ip = [&] { raw.all_reduce(output.data(), row.count, stream); };
+
+    for (int i = 0; i < options.warmup; ++i) {
+      cohort_oop();
+      cohort_ip();
+      if (raw_supported) raw_ip();
+    }
+    std::vector<double> oop, ip, direct;
+    for (int i = 0; i < options.iters; ++i) {
+      oop.push_back(timed(cohort_oop));
+      ip.push_back(timed(cohort_ip));
+      if (raw_supported) direct.push_back(timed(raw_ip));
+    }
+    const std::string key = "bench/" + std::to_string(sequence++);
+    row.oop_us = mean_over_ranks(world, key + "/oop", median(oop));
+    row.ip_us = mean_over_ranks(world, key + "/ip", median(ip));
+    row.raw_us = raw_supported ? mean_over_ranks(world, key + "/raw", median(direct)) : 0.0;
+
+    if (options.check > 0) {
+      output.upload(pattern(*dtype, 0, row.count));  // overwritten by the out-of-place result
+      comm.all_reduce(in_view, out_view, op, stream).wait();
+      stream.synchronize();
+      const double oop_wrong = static_cast<double>(count_wrong(*dtype, op, n, output.download()));
+      output.upload(pattern(*dtype, world.rank(), row.count));
+      comm.all_reduce(out_view, op, stream).wait();
+      stream.synchronize();
+      const double ip_wrong = static_cast<double>(count_wrong(*dtype, op, n, output.download()));
+      row.oop_wrong = static_cast<std::size_t>(mean_over_ranks(world, key + "/w1", oop_wrong) * n);
+      row.ip_wrong = static_cast<std::size_t>(mean_over_ranks(world, key + "/w2", ip_wrong) * n);
+      total_wrong += row.oop_wrong + row.ip_wrong;
+    }
+    if (leader) {
+      const double raw_busbw = algbw(row.bytes, row.raw_us) * bus_factor;
+      const double ip_busbw = algbw(row.bytes, row.ip_us) * bus_factor;
+      char ratio[16] = "   n/a";
+      if (raw_supported && raw_busbw > 0) std::snprintf(ratio, sizeof(ratio), "%6.3f", ip_busbw / raw_busbw);
+      std::printf("  %10zu %12zu %6s %6s | %9.1f %8.3f %8.3f %6zu | %9.1f %8.3f %8.3f %6zu | %8.3f %6s\n",
+                  row.bytes, row.count, options.dtype.c_str(), options.op.c_str(), row.oop_us,
+                  algbw(row.bytes, row.oop_us), algbw(row.bytes, row.oop_us) * bus_factor,
+                  row.oop_wrong, row.ip_us, algbw(row.bytes, row.ip_us), ip_busbw, row.ip_wrong,
+                  raw_busbw, ratio);
+      std::fflush(stdout);
+    }
+    rows.push_back(row);
+  }
+
+  if (leader) {
+    double busbw_sum = 0.0;
+    std::vector<double> ratios;
+    for (const Row& row : rows) {
+      busbw_sum += (algbw(row.bytes, row.oop_us) + algbw(row.bytes, row.ip_us)) * bus_factor;
+      if (row.bytes >= (1u << 20) && row.raw_us > 0) ratios.push_back(row.raw_us / row.ip_us);
+    }
+    std::printf("# Out of bounds values : %zu %s\n", total_wrong, total_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %.3f GB/s\n",
+                rows.empty() ? 0.0 : busbw_sum / (2.0 * static_cast<double>(rows.size())));
+    if (!ratios.empty()) {
+      std::printf("# cohort/raw busbw, median over sizes from 1 MiB: %.3f (%zu sizes)\n",
+                  median(ratios), ratios.size());
+    }
+    if (!options.json.empty()) {
+      nlohmann::json out;
+      out["ranks"] = n;
+      out["backend"] = std::string(to_string(comm.backend()));
+      out["device"] = world.device().to_string();
+      out["dtype"] = options.dtype;
+      out["op"] = options.op;
+      out["machine"] = machine_line();
+      out["cohort_version"] = cohort::version();
+      out["records"] = nlohmann::json::array();
+      for (const Row& row : rows) {
+        const double raw_busbw = algbw(row.bytes, row.raw_us) * bus_factor;
+        nlohmann::json record;
+        record["bytes"] = row.bytes;
+        record["count"] = row.count;
+        record["time_us"] = row.ip_us;
+        record["algbw_gbps"] = algbw(row.bytes, row.ip_us);
+        record["busbw_gbps"] = algbw(row.bytes, row.ip_us) * bus_factor;
+        record["oop_time_us"] = row.oop_us;
+        record["oop_busbw_gbps"] = algbw(row.bytes, row.oop_us) * bus_factor;
+        record["wrong"] = row.oop_wrong + row.ip_wrong;
+        record["raw_time_us"] = row.raw_us;
+        record["raw_busbw_gbps"] = raw_busbw;
+        record["ratio"] = raw_busbw > 0 ? algbw(row.bytes, row.ip_us) * bus_factor / raw_busbw : 0.0;
+        out["records"].push_back(record);
+      }
+      std::ofstream(options.json) << out.dump(2) << '\n';
+    }
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{"all-reduce bus bandwidth through cohort, against the raw backend"};
+  app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)");
+  app.add_option("-e,--maxbytes", options.max_bytes, "largest size");
+  app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this each step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size");
+  app.add_option("-c,--check", options.check, "check results (0: don't)");
+  app.add_option("-d,--datatype", options.dtype, "float, double, half, bfloat16, int32, int64, uint8");
+  app.add_option("-o,--op", options.op, "sum, avg, min, max");
+  app.add_option("--ranks", options.ranks,
+                 "run this many host ranks as threads (when not started by a launcher)");
+  app.add_option("--json", options.json, "write one record per size to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    int status = 0;
+    if (options.ranks > 0) {
+      cohort::WorldOptions world_options;
+      world_options.backend = cohort::BackendChoice::gloo;
+      cohort::run_local(options.ranks, [&](cohort::World& world) {
+        const int rank_status = run(world, options);
+        if (world.rank() == 0) status = rank_status;
+      }, world_options);
+    } else {
+      cohort::World world = cohort::init();
+      status = run(world, options);
+    }
+    return status;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", error.what());
+    return 2;
+  }
+}
