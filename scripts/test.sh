@@ -4,13 +4,21 @@
 #   scripts/test.sh                 # CUDA build for sm_90 when nvcc is found, else host-only
 #   COHORT_PRESET=debug scripts/test.sh
 #   scripts/test.sh -L launch       # extra arguments go to ctest
+#
+# With the CUDA toolkit present it then builds and tests the host-only preset too, which is how
+# host-only users build cohort (set COHORT_TEST_HOST_ONLY=0 to skip that second build).
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 ensure_packages
 find_cuda
 preset=$(choose_preset ci)
-echo "cohort: building preset '$preset'"
-build_preset "$preset"
-cd "$cohort_root"
-ctest --preset "$preset" -j "$(nproc)" "$@"
+run_preset() {
+  echo "cohort: building and testing preset '$1'"
+  build_preset "$1"
+  (cd "$cohort_root" && ctest --preset "$1" -j "$(nproc)" "${@:2}")
+}
+if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ] && [ $# -eq 0 ]; then
+  run_preset host-only
+fi
+run_preset "$preset" "$@"

@@ -5,6 +5,7 @@
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/memory/memory_report.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -40,25 +41,6 @@ std::string_view to_string(CollectiveOp op) noexcept {
   }
   return "unknown";
 }
-
-namespace {
-
-std::string format_bytes(std::size_t bytes) {
-  char text[32];
-  const auto value = static_cast<double>(bytes);
-  if (bytes >= (std::size_t{1} << 30)) {
-    std::snprintf(text, sizeof(text), "%.2f GiB", value / static_cast<double>(1 << 30));
-  } else if (bytes >= (std::size_t{1} << 20)) {
-    std::snprintf(text, sizeof(text), "%.2f MiB", value / static_cast<double>(1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(text, sizeof(text), "%.2f KiB", value / 1024.0);
-  } else {
-    std::snprintf(text, sizeof(text), "%zu B", bytes);
-  }
-  return text;
-}
-
-}  // namespace
 
 std::string CollectiveRecord::describe() const {
   std::ostringstream out;

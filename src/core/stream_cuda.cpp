@@ -4,34 +4,12 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/detail/cuda_check.hpp>
+#include <cohort/detail/cuda_device_scope.hpp>
 
 #include <cuda_runtime_api.h>
 
 namespace cohort::detail {
 namespace {
-
-/// Makes `device` current for the scope, restoring the previous device after.
-class DeviceScope {
- public:
-  explicit DeviceScope(Device device) {
-    COHORT_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device.index()) {
-      COHORT_CUDA_TRY(cudaSetDevice(device.index()));
-      changed_ = true;
-    }
-  }
-  ~DeviceScope() {
-    if (changed_) {
-      COHORT_CUDA_CHECK_NOEXCEPT(cudaSetDevice(previous_));
-    }
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
 
 class CudaEvent;
 
@@ -39,7 +17,7 @@ class CudaStream final : public StreamImpl {
  public:
   CudaStream(Device device, cudaStream_t borrowed) : device_(device), stream_(borrowed) {
     if (stream_ == nullptr) {
-      const DeviceScope scope(device_);
+      const CudaDeviceScope scope(device_.index());
       COHORT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       owned_ = true;
     }
@@ -101,7 +79,7 @@ class CudaStream final : public StreamImpl {
 class CudaEvent final : public EventImpl {
  public:
   CudaEvent(Device device, bool timing) : device_(device) {
-    const DeviceScope scope(device_);
+    const CudaDeviceScope scope(device_.index());
     COHORT_CUDA_TRY(
         cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }

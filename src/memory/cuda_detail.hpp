@@ -5,6 +5,7 @@
 #include <cohort/core/device.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/detail/cuda_check.hpp>
+#include <cohort/detail/cuda_device_scope.hpp>
 #include <cohort/memory/memory_report.hpp>
 
 #include <cuda_runtime_api.h>
@@ -30,29 +31,6 @@ inline void check_cuda_ordinal(int device) {
                                                     " does not exist: " + std::to_string(count) +
                                                     " device(s) are visible");
 }
-
-/// Sets `device` current, restoring the previous device on exit.
-class CudaDeviceScope {
- public:
-  explicit CudaDeviceScope(int device) {
-    COHORT_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      COHORT_CUDA_TRY(cudaSetDevice(device));
-      changed_ = true;
-    }
-  }
-  ~CudaDeviceScope() {
-    if (changed_) {
-      COHORT_CUDA_CHECK_NOEXCEPT(cudaSetDevice(previous_));
-    }
-  }
-  CudaDeviceScope(const CudaDeviceScope&) = delete;
-  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
 
 struct DeviceMemoryInfo {
   std::size_t free_bytes = 0;
