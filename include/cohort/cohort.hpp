@@ -31,3 +31,14 @@
 #include <cohort/memory/memory_resource.hpp>
 #include <cohort/memory/pinned_host.hpp>
 #include <cohort/memory/statistics_adaptor.hpp>
+#include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/ddp/data_parallel.hpp>
+#include <cohort/ddp/param_registry.hpp>
+#include <cohort/optim/adamw.hpp>
+#include <cohort/optim/clip.hpp>
+#include <cohort/optim/loss_scaler.hpp>
+#include <cohort/optim/optimizer.hpp>
+#include <cohort/optim/schedule.hpp>
+#include <cohort/optim/sgd.hpp>
+#include <cohort/optim/sharded_optimizer.hpp>
+#include <cohort/optim/data_parallel_target.hpp>

@@ -348,7 +348,15 @@ void GlooCommunicator::run(const Call& call, const Stream& stream,
   }
   worker_->enqueue([call, input_ready, work, gloo = gloo_, context = shared_context()] {
     if (input_ready) {
-      input_ready->synchronize();
+      try {
+        input_ready->synchronize();
+      } catch (const std::exception& error) {
+        // The caller's stream failed before reaching the collective: this rank cannot take
+        // part, so every rank is told now rather than at the deadline.
+        fail_collective(*context, *work, /*timed_out=*/false,
+                        std::string("the stream it was issued on failed first: ") + error.what());
+        return;
+      }
     }
     if (context->aborted()) {
       try {

@@ -23,6 +23,12 @@ using Clock = std::chrono::steady_clock;
 // recording enqueues a task that publishes the generation it was given, and a stream that waits
 // on the event enqueues a task that blocks until that generation is published. A generation
 // captured when `wait` is called is what CUDA's cudaStreamWaitEvent would wait for.
+//
+// A failed stream skips its later tasks, but not the event markers among them: a marker still
+// completes its event, carrying the stream's error, so that nothing waits for ever on a stream
+// that will never get there. A stream waiting on such an event fails with the same error, and
+// Event::synchronize() rethrows it: the failure travels along the dependencies, as a sticky
+// error does on CUDA.
 
 class HostEvent final : public EventImpl, public std::enable_shared_from_this<HostEvent> {
  public:
@@ -43,9 +49,14 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
     return recorded_;
   }
 
+  /// Waits until `generation` has completed; rethrows the error of the stream it was recorded
+  /// on, if that stream had failed by then.
   void wait_for(std::uint64_t generation) {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return completed_ >= generation; });
+    if (error_) {
+      std::rethrow_exception(error_);
+    }
   }
 
  private:
@@ -56,6 +67,7 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
   Clock::time_point completed_at_{};
+  std::exception_ptr error_;  // of the stream the latest completed recording was on
 };
 
 class HostStream final : public StreamImpl {
@@ -74,12 +86,12 @@ class HostStream final : public StreamImpl {
   Device device() const noexcept override { return Device::host(); }
 
   void enqueue(std::function<void()> task) override {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(task));
-      ++enqueued_;
-    }
-    work_available_.notify_one();
+    push(Task{std::move(task), nullptr});
+  }
+
+  /// A task that runs even after the stream has failed, given the stream's error (or null).
+  void enqueue_marker(std::function<void(std::exception_ptr)> marker) {
+    push(Task{nullptr, std::move(marker)});
   }
 
   void wait(EventImpl& event) override {
@@ -112,6 +124,20 @@ class HostStream final : public StreamImpl {
   void* native_handle() const noexcept override { return nullptr; }
 
  private:
+  struct Task {
+    std::function<void()> work;                       // skipped once the stream has failed
+    std::function<void(std::exception_ptr)> marker;  // always runs
+  };
+
+  void push(Task task) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+      ++enqueued_;
+    }
+    work_available_.notify_one();
+  }
+
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
@@ -119,19 +145,21 @@ class HostStream final : public StreamImpl {
       if (queue_.empty()) {
         return;  // stopping, and every task has run
       }
-      std::function<void()> task = std::move(queue_.front());
+      Task task = std::move(queue_.front());
       queue_.pop_front();
-      const bool failed = error_ != nullptr;
+      const std::exception_ptr stream_error = error_;
       lock.unlock();
       std::exception_ptr error;
-      if (!failed) {
+      if (task.marker) {
+        task.marker(stream_error);
+      } else if (!stream_error) {
         try {
-          task();
+          task.work();
         } catch (...) {
           error = std::current_exception();
         }
       }
-      task = nullptr;  // release captures outside the lock
+      task = Task{};  // release captures outside the lock
       lock.lock();
       if (error && !error_) {
         error_ = error;
@@ -144,7 +172,7 @@ class HostStream final : public StreamImpl {
   std::mutex mutex_;
   std::condition_variable work_available_;
   std::condition_variable finished_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Task> queue_;
   std::uint64_t enqueued_ = 0;
   std::uint64_t completed_ = 0;
   std::exception_ptr error_;
@@ -153,19 +181,21 @@ class HostStream final : public StreamImpl {
 };
 
 void HostEvent::record(StreamImpl& stream) {
-  COHORT_EXPECTS(dynamic_cast<HostStream*>(&stream) != nullptr,
+  auto* host_stream = dynamic_cast<HostStream*>(&stream);
+  COHORT_EXPECTS(host_stream != nullptr,
                  "a host event cannot be recorded on a stream of " + stream.device().to_string());
   std::uint64_t generation;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     generation = ++recorded_;
   }
-  stream.enqueue([self = shared_from_this(), generation] {
+  host_stream->enqueue_marker([self = shared_from_this(), generation](std::exception_ptr error) {
     {
       const std::lock_guard<std::mutex> lock(self->mutex_);
       if (generation > self->completed_) {
         self->completed_ = generation;
         self->completed_at_ = Clock::now();
+        self->error_ = std::move(error);
       }
     }
     self->done_.notify_all();

@@ -98,6 +98,27 @@ TEST(HostStream, FailedTaskSkipsLaterTasksAndRethrows) {
   EXPECT_THROW(stream.synchronize(), std::runtime_error);  // sticky, like a CUDA error
 }
 
+TEST(HostStream, AFailedStreamStillCompletesItsEventsWithTheError) {
+  const cohort::Stream failing = cohort::Stream::create(cohort::Device::host());
+  const cohort::Stream waiting = cohort::Stream::create(cohort::Device::host());
+  cohort::Event event = cohort::Event::create(cohort::Device::host());
+  bool waiting_ran_on = false;
+  failing.enqueue([] { throw std::runtime_error("gradient overflow"); });
+  event.record(failing);  // skipped as work, but it must still complete the event
+  waiting.wait(event);
+  waiting.enqueue([&] { waiting_ran_on = true; });
+  // Neither call may hang; both report the first stream's error.
+  EXPECT_THROW(event.synchronize(), std::runtime_error);
+  try {
+    waiting.synchronize();
+    FAIL() << "the waiting stream did not fail";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "gradient overflow");
+  }
+  EXPECT_FALSE(waiting_ran_on);
+  EXPECT_TRUE(event.ready());
+}
+
 TEST(HostStream, TimingEventsMeasureElapsedTime) {
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   cohort::Event start = cohort::Event::create(cohort::Device::host(), true);

@@ -1,0 +1,228 @@
+#pragma once
+
+/// @file
+/// `DataParallel`: flat parameter and gradient arenas, and gradient averaging across ranks that
+/// overlaps the backward pass.
+///
+///     cohort::ParamRegistry params;
+///     auto w1 = params.add("fc1.weight", {1024, 784});
+///     auto b1 = params.add("fc1.bias", {1024});
+///     cohort::DataParallel dp(world, params, {.init = [&](cohort::DataParallel& d) {
+///       initialise(d.param(w1), d.param(b1));       // only rank 0's values matter
+///     }});                                           // checks registries, broadcasts rank 0's
+///     for (int step = 0; step < steps; ++step) {
+///       dp.zero_grads();                             // on the compute stream
+///       forward(dp.param(w1), dp.param(b1), batch);  // on dp.compute_stream()
+///       backward_fc1(dp.grad(w1), dp.grad(b1));
+///       dp.grad_ready(b1); dp.grad_ready(w1);        // a full bucket starts its all-reduce now
+///       dp.sync_grads();                             // compute stream waits for every bucket
+///       sgd(dp.param_arena(), dp.grad_arena());      // on the compute stream
+///     }
+///
+/// Note [Gradient synchronization]
+/// `grad_ready(p)` says the gradient of `p` is complete, as of the work enqueued so far on the
+/// compute stream. When that completes every parameter overlapping a bucket (Note [Buckets]), the
+/// bucket's all-reduce (average over ranks) is issued at once on the communication stream, after
+/// an event recorded on the compute stream, so it overlaps the rest of backward. Buckets are
+/// issued strictly in bucket order on every rank: a bucket that becomes ready before an earlier
+/// one waits for it, so every rank issues the same collectives in the same order whatever order
+/// its marks arrive in. `sync_grads()` issues what is left, then makes the compute stream wait
+/// for the last collective; it never blocks the host.
+///
+/// Gradients are written in place in the arena (no copies into buckets). The caller must not
+/// write a gradient again after marking it until `sync_grads()` has been called; work enqueued on
+/// the compute stream after `sync_grads()` sees the averaged gradients.
+///
+/// Note [Who zeroes gradients]
+/// Nobody, unless asked: the arenas start at zero and `sync_grads()` leaves the averaged
+/// gradients in place. A backward that accumulates (`grad += ...`) calls `zero_grads()` (on the
+/// compute stream) before each accumulation window; a backward that assigns needs no zeroing.
+///
+/// Note [Unused parameters]
+/// Every parameter must be marked ready once per synchronized step (a second mark in the same
+/// step is an error). A parameter still unmarked at `sync_grads()` is an error naming it, unless
+/// `unused_params = UnusedParams::zero`: then its gradient is zeroed on the compute stream and
+/// reduced as a zero gradient. A parameter marked during a `no_sync` window of the same
+/// accumulation counts as ready with its accumulated gradient. Every rank issues the same
+/// collectives either way, so ranks that use different parameters cannot desynchronize.
+///
+/// Note [Gradient accumulation]
+/// While a `NoSync` guard from `no_sync()` is alive, `grad_ready` only records the mark and
+/// `sync_grads()` does nothing: gradients accumulate locally. The first synchronized step after it
+/// reduces the accumulated sums (averaged over ranks, not over micro-batches: scale the loss by
+/// 1 / micro-batches if you want the mean).
+///
+/// Note [Wire compression]
+/// With `compression = Compression::bf16` (or `f16`) and an f32 arena, each bucket is cast into a
+/// 16-bit wire buffer on the communication stream, averaged in that type, and cast back: half the
+/// bytes on the wire. Each cast rounds to nearest even (unit roundoff u = 2^-8 for bf16, 2^-11
+/// for f16), and the reduction rounds once per partial sum, so each element of the result differs
+/// from the exact f32 average by at most about (n + 2) u times the mean over the n ranks of
+/// |gradient| (plus n x 2^-24 for f16's subnormals); f16 overflows to infinity beyond 65504.
+/// The arena, and what the optimizer reads, stays f32.
+///
+/// Threads: a DataParallel is used by one thread at a time (the rank's thread).
+
+#include <cohort/comm/communicator.hpp>
+#include <cohort/comm/types.hpp>
+#include <cohort/comm/world.hpp>
+#include <cohort/core/stream.hpp>
+#include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/ddp/param_registry.hpp>
+#include <cohort/memory/memory_resource.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace cohort {
+
+class DataParallel;
+
+/// How `sync_grads()` reduces gradients.
+enum class GradientSync : std::uint8_t {
+  /// Bucketed all-reduces (average), overlapped with backward (Note [Gradient synchronization]).
+  all_reduce,
+  /// One reduce-scatter (average) of the whole gradient arena at `sync_grads()`, in place into
+  /// this rank's shard, `grad_shard()`; the rest of the arena is left undefined. For ZeRO-1.
+  reduce_scatter,
+};
+
+/// What `sync_grads()` does with a parameter that was never marked ready (Note [Unused
+/// parameters]).
+enum class UnusedParams : std::uint8_t {
+  error,  ///< throw InvalidArgument naming it
+  zero,   ///< reduce it as a zero gradient
+};
+
+/// The element type on the wire (Note [Wire compression]).
+enum class Compression : std::uint8_t { none, bf16, f16 };
+
+/// Options of a `DataParallel`. Every member has a default, so designated initializers may name
+/// any subset: `{.bucket_bytes = 25 << 20}`. Every rank must pass the same values for the
+/// members marked "same on every rank" (checked at construction).
+struct DataParallelOptions {
+  /// Cap of every bucket but the first, in bytes (same on every rank; Note [Buckets]).
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Cap of the first bucket, the first gradients backward produces (same on every rank).
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  /// Bucketed all-reduce, or one reduce-scatter into this rank's shard (same on every rank).
+  GradientSync gradient_sync = GradientSync::all_reduce;
+  /// Unmarked parameters are an error, or zero gradients (Note [Unused parameters]).
+  UnusedParams unused_params = UnusedParams::error;
+  /// 16-bit wire type for an f32 arena (same on every rank; Note [Wire compression]).
+  Compression compression = Compression::none;
+  /// Runs on every rank once the arenas exist (zeroed) and before rank 0's parameters are
+  /// broadcast: initialise parameters here, through `param(h)` or `param_arena()`. Writes must be
+  /// complete when it returns (synchronize any stream of your own).
+  std::function<void(DataParallel&)> init = nullptr;
+  /// Broadcast rank 0's parameters at construction (after `init`).
+  bool broadcast_parameters = true;
+  /// The stream backward runs on; unset: a new stream on the world's device.
+  std::optional<Stream> compute_stream = std::nullopt;
+  /// Where the arenas come from; null: a device pool on a GPU, plain host memory on the host.
+  std::shared_ptr<MemoryResource> memory = nullptr;
+  /// Record timing events for `last_step_stats()`.
+  bool collect_stats = true;
+};
+
+/// What the last synchronized step communicated. Times come from timing events on the streams
+/// (on the host, steady-clock timestamps taken when the stream reaches them).
+struct StepStats {
+  std::uint64_t step = 0;       ///< synchronized steps so far (this one included)
+  std::size_t collectives = 0;  ///< buckets all-reduced, or 1 reduce-scatter
+  std::size_t bytes = 0;        ///< bytes this rank contributed on the wire (compressed size)
+  double comm_ms = 0.0;         ///< the collectives' durations on the communication stream, summed
+  /// Communication time not hidden behind compute: from the moment the compute stream reached
+  /// `sync_grads()` until the last collective finished (0 when it had finished before).
+  double exposed_ms = 0.0;
+};
+
+class DataParallel {
+ public:
+  /// Builds the plan and the arenas, checks that every rank registered the same parameters with
+  /// the same options, runs `options.init`, and broadcasts rank 0's parameters. Collective: every
+  /// rank of `world` must construct its DataParallel at the same point. Returns with the
+  /// parameters valid on the host and on every stream.
+  /// @throws InvalidArgument for an empty registry, mixed dtypes, compression with a non-f32 arena,
+  ///         or ranks that disagree (naming the first differing parameter or option and the ranks);
+  ///         TimeoutError when a rank never arrives.
+  DataParallel(World& world, const ParamRegistry& registry, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+  DataParallel(DataParallel&&) = delete;
+  DataParallel& operator=(DataParallel&&) = delete;
+
+  /// A parameter's values and its gradient: slices of the arenas, on `world().device()`.
+  TensorView param(ParamHandle handle) const;
+  TensorView grad(ParamHandle handle) const;
+
+  /// Marks `handle`'s gradient complete as of the work enqueued so far on the compute stream; may
+  /// issue bucket all-reduces (Note [Gradient synchronization]).
+  /// @throws InvalidArgument for an unknown handle, or a second mark in one synchronized step.
+  void grad_ready(ParamHandle handle);
+
+  /// Issues the remaining collectives and makes the compute stream wait for all of them, without
+  /// blocking the host (Note [Gradient synchronization]). Does nothing inside `no_sync`.
+  /// @throws InvalidArgument naming the unmarked parameters (Note [Unused parameters]).
+  void sync_grads();
+
+  /// Sets every gradient to zero, in stream order on the compute stream.
+  void zero_grads();
+
+  /// Copies rank 0's parameter arena to every rank, on the compute stream. Collective.
+  void broadcast_parameters();
+
+  /// RAII scope of local accumulation (Note [Gradient accumulation]); nests.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync(NoSync&&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DataParallel* dp_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  bool syncing() const noexcept;
+
+  /// Statistics of the last synchronized step. Blocks until that step's collectives finished.
+  /// @throws InvalidArgument when `collect_stats` is off.
+  StepStats last_step_stats();
+
+  /// Buckets whose all-reduce has been issued in the current step (for tests and tracing).
+  std::size_t buckets_issued() const noexcept;
+
+  // ---- For optimizers and ZeRO-1 ----
+
+  /// The whole padded arenas (`plan().arena_count` elements; Note [Arena layout]).
+  TensorView param_arena() const;
+  TensorView grad_arena() const;
+  /// This rank's contiguous shard of each arena: elements [shard_offset(), + shard_count()).
+  TensorView param_shard() const;
+  TensorView grad_shard() const;
+  std::size_t shard_offset() const noexcept;
+  std::size_t shard_count() const noexcept;
+  DType dtype() const noexcept;
+
+  const Stream& compute_stream() const noexcept;
+  /// The stream the collectives run on.
+  const Stream& comm_stream() const noexcept;
+  World& world() noexcept;
+  Communicator& comm() noexcept;
+  const ParamRegistry& registry() const noexcept;
+  const BucketPlan& plan() const noexcept;
+  const DataParallelOptions& options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,447 @@
+#include <cohort/ddp/data_parallel.hpp>
+
+#include "arena_ops.hpp"
+#include "registry_check.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/memory/buffer.hpp>
+#include <cohort/memory/device_pool.hpp>
+#include <cohort/memory/host_resource.hpp>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace cohort {
+
+namespace {
+
+std::string_view to_string(GradientSync sync) {
+  return sync == GradientSync::all_reduce ? "all_reduce" : "reduce_scatter";
+}
+
+std::string_view to_string(Compression compression) {
+  switch (compression) {
+    case Compression::none:
+      return "none";
+    case Compression::bf16:
+      return "bf16";
+    case Compression::f16:
+      return "f16";
+  }
+  return "none";
+}
+
+/// What must agree across ranks (checked at construction): parameters first, so that the first
+/// difference names a parameter, then the options that shape the collectives.
+std::vector<std::string> fingerprint_lines(const ParamRegistry& registry,
+                                           const DataParallelOptions& options) {
+  std::vector<std::string> lines;
+  const auto params = registry.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    lines.push_back("parameter #" + std::to_string(i) + " " + params[i].describe());
+  }
+  lines.push_back("option bucket_bytes = " + std::to_string(options.bucket_bytes));
+  lines.push_back("option first_bucket_bytes = " + std::to_string(options.first_bucket_bytes));
+  lines.push_back("option gradient_sync = " + std::string(to_string(options.gradient_sync)));
+  lines.push_back("option compression = " + std::string(to_string(options.compression)));
+  return lines;
+}
+
+/// One step's record of what was issued, with the events that time it.
+struct StepRecord {
+  std::uint64_t step = 0;
+  std::size_t collectives = 0;
+  std::size_t bytes = 0;
+  std::vector<std::pair<Event, Event>> spans;  ///< per collective: start and end on comm stream
+  std::optional<Event> compute_done;           ///< compute stream at sync_grads()
+  std::optional<Event> comm_done;              ///< comm stream after the last collective
+};
+
+}  // namespace
+
+struct DataParallel::Impl {
+  Impl(World& w, const ParamRegistry& r, DataParallelOptions o)
+      : world(w),
+        comm(w.comm()),
+        registry(r),
+        options(std::move(o)),
+        plan(
+            make_bucket_plan(registry, w.size(), options.bucket_bytes, options.first_bucket_bytes)),
+        device(w.device()),
+        compute(options.compute_stream ? *options.compute_stream : Stream::create(device)),
+        comm_stream(Stream::create(device)) {}
+
+  ~Impl() {
+    // Buffers are freed synchronously: every use of them must have finished.
+    for (const Stream* stream : {&comm_stream, &compute}) {
+      try {
+        stream->synchronize();
+      } catch (const std::exception& error) {
+        COHORT_LOG(warn) << "DataParallel: a stream failed before destruction: " << error.what();
+      }
+    }
+  }
+
+  TensorView params_view() const {
+    return TensorView(param_data, plan.arena_count, plan.dtype, device);
+  }
+  TensorView grads_view() const {
+    return TensorView(grad_data, plan.arena_count, plan.dtype, device);
+  }
+  TensorView wire_view() const {
+    return TensorView(wire_data, plan.arena_count, wire_dtype, device);
+  }
+
+  const ParamInfo& checked(ParamHandle handle) const { return registry.info(handle); }
+
+  void reset_step() {
+    pending.resize(plan.buckets.size());
+    for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+      pending[b] = plan.buckets[b].params.size();
+    }
+    marked_step.assign(registry.size(), false);
+    next_bucket = 0;
+    record = std::make_shared<StepRecord>();
+  }
+
+  void mark(std::uint32_t index) {
+    marked_step[index] = true;
+    marked_window[index] = true;
+    for (const std::uint32_t b : plan.param_buckets[index]) {
+      --pending[b];
+    }
+  }
+
+  Event timing_event() const { return Event::create(device, /*timing=*/true); }
+
+  /// Starts a timed span on the comm stream; returns its start event (if stats are on).
+  std::optional<Event> begin_span() {
+    if (!options.collect_stats) {
+      return std::nullopt;
+    }
+    Event start = timing_event();
+    start.record(comm_stream);
+    return start;
+  }
+
+  void end_span(std::optional<Event> start, std::size_t bytes) {
+    ++record->collectives;
+    record->bytes += bytes;
+    if (start) {
+      Event end = timing_event();
+      end.record(comm_stream);
+      record->spans.emplace_back(std::move(*start), std::move(end));
+    }
+  }
+
+  /// The comm stream waits for the work enqueued so far on the compute stream.
+  void comm_after_compute() {
+    Event ready = Event::create(device);
+    ready.record(compute);
+    comm_stream.wait(ready);
+  }
+
+  /// Issues, in bucket order, every bucket whose parameters are all ready and whose predecessors
+  /// have been issued (Note [Gradient synchronization]).
+  void issue_ready_buckets() {
+    if (next_bucket >= plan.buckets.size() || pending[next_bucket] != 0) {
+      return;
+    }
+    comm_after_compute();
+    while (next_bucket < plan.buckets.size() && pending[next_bucket] == 0) {
+      const ArenaSlice slice = plan.buckets[next_bucket].slice;
+      const TensorView grads = grads_view().slice(slice.offset, slice.count);
+      std::optional<Event> start = begin_span();
+      if (options.compression == Compression::none) {
+        comm.all_reduce(grads, ReduceOp::avg, comm_stream);
+        end_span(std::move(start), grads.bytes());
+      } else {
+        const TensorView wire = wire_view().slice(slice.offset, slice.count);
+        detail::convert(grads, wire, comm_stream);
+        comm.all_reduce(wire, ReduceOp::avg, comm_stream);
+        detail::convert(wire, grads, comm_stream);
+        end_span(std::move(start), wire.bytes());
+      }
+      ++next_bucket;
+    }
+  }
+
+  /// ZeRO-1: one reduce-scatter of the whole arena into this rank's shard, in place.
+  void issue_reduce_scatter() {
+    comm_after_compute();
+    const std::size_t offset = static_cast<std::size_t>(world.rank()) * plan.shard_count;
+    std::optional<Event> start = begin_span();
+    if (options.compression == Compression::none) {
+      comm.reduce_scatter(grads_view(), grads_view().slice(offset, plan.shard_count), ReduceOp::avg,
+                          comm_stream);
+      end_span(std::move(start), grads_view().bytes());
+    } else {
+      const TensorView wire_shard = wire_view().slice(offset, plan.shard_count);
+      detail::convert(grads_view(), wire_view(), comm_stream);
+      comm.reduce_scatter(wire_view(), wire_shard, ReduceOp::avg, comm_stream);
+      detail::convert(wire_shard, grads_view().slice(offset, plan.shard_count), comm_stream);
+      end_span(std::move(start), wire_view().bytes());
+    }
+  }
+
+  World& world;
+  Communicator& comm;
+  ParamRegistry registry;
+  DataParallelOptions options;
+  BucketPlan plan;
+  Device device;
+  Stream compute;
+  Stream comm_stream;
+  DType wire_dtype = DType::f32;
+  Buffer param_buffer;
+  Buffer grad_buffer;
+  Buffer wire_buffer;
+  void* param_data = nullptr;  // the buffers' memory, for views from const members
+  void* grad_data = nullptr;
+  void* wire_data = nullptr;
+
+  // The current step (Note [Unused parameters]).
+  std::vector<std::size_t> pending;  ///< per bucket: overlapping parameters not yet ready
+  std::vector<bool> marked_step;     ///< per parameter: marked in this synchronized step
+  std::vector<bool> marked_window;   ///< per parameter: marked since the last sync_grads()
+  std::size_t next_bucket = 0;
+  int no_sync_depth = 0;
+  std::uint64_t steps = 0;
+  std::shared_ptr<StepRecord> record;
+  std::shared_ptr<StepRecord> last_record;
+};
+
+DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataParallelOptions options)
+    : impl_(std::make_unique<Impl>(world, registry, std::move(options))) {
+  Impl& s = *impl_;
+  COHORT_EXPECTS(s.compute.device() == s.device,
+                 "DataParallel: the compute stream is on " + s.compute.device().to_string() +
+                     " but this rank works on " + s.device.to_string());
+  if (s.options.compression != Compression::none) {
+    COHORT_EXPECTS(
+        s.plan.dtype == DType::f32,
+        "DataParallel: wire compression (" + std::string(to_string(s.options.compression)) +
+            ") needs an f32 arena, but the parameters are " + std::string(to_string(s.plan.dtype)) +
+            "; a 16-bit arena is already reduced in 16 bits");
+    s.wire_dtype = s.options.compression == Compression::bf16 ? DType::bf16 : DType::f16;
+  }
+  detail::check_same_on_every_rank(world.store(), world.rank(), world.size(),
+                                   fingerprint_lines(s.registry, s.options), world.timeout());
+
+  std::shared_ptr<MemoryResource> memory = s.options.memory;
+  if (!memory) {
+    memory = s.device.is_cuda() ? make_device_pool_resource({.device = s.device.index()})
+                                : std::shared_ptr<MemoryResource>(std::make_shared<HostResource>());
+  }
+  COHORT_EXPECTS(
+      memory->device() == s.device || (s.device.is_host() && memory->host_accessible()),
+      "DataParallel: the memory resource " + memory->name() + " is not on " + s.device.to_string());
+  s.param_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::parameters);
+  s.grad_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::gradients);
+  if (s.options.compression != Compression::none) {
+    s.wire_buffer =
+        Buffer(memory, s.plan.arena_count * size_of(s.wire_dtype), MemoryCategory::buckets);
+  }
+  s.param_data = s.param_buffer.data();
+  s.grad_data = s.grad_buffer.data();
+  s.wire_data = s.wire_buffer.data();
+  detail::fill_zero(s.params_view(), s.compute);
+  detail::fill_zero(s.grads_view(), s.compute);
+  s.compute.synchronize();
+  s.marked_window.assign(s.registry.size(), false);
+  s.reset_step();
+
+  if (s.options.init) {
+    s.options.init(*this);
+  }
+  if (s.options.broadcast_parameters) {
+    broadcast_parameters();
+  }
+  s.compute.synchronize();
+  COHORT_LOG(debug) << "DataParallel: " << s.registry.size() << " parameters, "
+                    << s.plan.arena_bytes() << " bytes per arena, " << s.plan.buckets.size()
+                    << " buckets\n"
+                    << s.plan.describe();
+}
+
+DataParallel::~DataParallel() = default;
+
+TensorView DataParallel::param(ParamHandle handle) const {
+  impl_->checked(handle);
+  const ArenaSlice slot = impl_->plan.slots[handle.index];
+  return impl_->params_view().slice(slot.offset, slot.count);
+}
+
+TensorView DataParallel::grad(ParamHandle handle) const {
+  impl_->checked(handle);
+  const ArenaSlice slot = impl_->plan.slots[handle.index];
+  return impl_->grads_view().slice(slot.offset, slot.count);
+}
+
+void DataParallel::grad_ready(ParamHandle handle) {
+  Impl& s = *impl_;
+  const ParamInfo& info = s.checked(handle);
+  if (s.no_sync_depth > 0) {
+    s.marked_window[handle.index] = true;
+    return;
+  }
+  COHORT_EXPECTS(!s.marked_step[handle.index],
+                 "grad_ready: parameter '" + info.name +
+                     "' was already marked ready in this step; mark each parameter once per "
+                     "step, after its gradient is complete (a backward that runs twice, as "
+                     "with recomputation, marks after the last run)");
+  s.mark(handle.index);
+  if (s.options.gradient_sync == GradientSync::all_reduce) {
+    s.issue_ready_buckets();
+  }
+}
+
+void DataParallel::sync_grads() {
+  Impl& s = *impl_;
+  if (s.no_sync_depth > 0) {
+    return;
+  }
+  std::vector<std::uint32_t> unused;
+  for (std::uint32_t i = 0; i < s.registry.size(); ++i) {
+    if (!s.marked_step[i] && !s.marked_window[i]) {
+      unused.push_back(i);
+    }
+  }
+  if (!unused.empty() && s.options.unused_params == UnusedParams::error) {
+    const auto params = s.registry.params();
+    std::string names = "'" + params[unused.front()].name + "'";
+    const std::size_t shown = std::min<std::size_t>(unused.size(), 5);
+    for (std::size_t k = 1; k < shown; ++k) {
+      names += ", '" + params[unused[k]].name + "'";
+    }
+    if (unused.size() > shown) {
+      names += " and " + std::to_string(unused.size() - shown) + " more";
+    }
+    s.marked_window.assign(s.registry.size(), false);
+    s.reset_step();
+    COHORT_FAIL(InvalidArgument,
+                "sync_grads: " + std::string(unused.size() == 1 ? "parameter " : "parameters ") +
+                    names + (unused.size() == 1 ? " was" : " were") +
+                    " never marked ready in this step. Call dp.grad_ready(handle) once its "
+                    "gradient is written, or set DataParallelOptions::unused_params = "
+                    "cohort::UnusedParams::zero to reduce unused parameters as zero gradients");
+  }
+  for (const std::uint32_t i : unused) {
+    detail::fill_zero(grad(ParamHandle{i}), s.compute);
+  }
+  for (std::uint32_t i = 0; i < s.registry.size(); ++i) {
+    if (!s.marked_step[i]) {
+      s.mark(i);
+    }
+  }
+  if (s.options.collect_stats) {
+    s.record->compute_done = s.timing_event();
+    s.record->compute_done->record(s.compute);
+  }
+  if (s.options.gradient_sync == GradientSync::all_reduce) {
+    s.issue_ready_buckets();
+  } else {
+    s.issue_reduce_scatter();
+  }
+  Event done = s.options.collect_stats ? s.timing_event() : Event::create(s.device);
+  done.record(s.comm_stream);
+  s.compute.wait(done);
+  if (s.options.collect_stats) {
+    s.record->comm_done = done;
+  }
+  s.record->step = ++s.steps;
+  s.last_record = s.record;
+  s.marked_window.assign(s.registry.size(), false);
+  s.reset_step();
+}
+
+void DataParallel::zero_grads() {
+  detail::fill_zero(impl_->grads_view(), impl_->compute);
+}
+
+void DataParallel::broadcast_parameters() {
+  impl_->comm.broadcast(impl_->params_view(), 0, impl_->compute);
+}
+
+DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(&dp) {
+  ++dp_->impl_->no_sync_depth;
+}
+DataParallel::NoSync::~NoSync() {
+  --dp_->impl_->no_sync_depth;
+}
+bool DataParallel::syncing() const noexcept {
+  return impl_->no_sync_depth == 0;
+}
+
+StepStats DataParallel::last_step_stats() {
+  const Impl& s = *impl_;
+  COHORT_EXPECTS(s.options.collect_stats,
+                 "last_step_stats: statistics are off (DataParallelOptions::collect_stats)");
+  StepStats stats;
+  if (!s.last_record) {
+    return stats;
+  }
+  const StepRecord& record = *s.last_record;
+  stats.step = record.step;
+  stats.collectives = record.collectives;
+  stats.bytes = record.bytes;
+  for (const auto& [start, end] : record.spans) {
+    stats.comm_ms += static_cast<double>(Event::elapsed_ms(start, end));
+  }
+  if (record.compute_done && record.comm_done) {
+    stats.exposed_ms = std::max(
+        0.0, static_cast<double>(Event::elapsed_ms(*record.compute_done, *record.comm_done)));
+  }
+  return stats;
+}
+
+std::size_t DataParallel::buckets_issued() const noexcept {
+  return impl_->next_bucket;
+}
+
+TensorView DataParallel::param_arena() const {
+  return impl_->params_view();
+}
+TensorView DataParallel::grad_arena() const {
+  return impl_->grads_view();
+}
+TensorView DataParallel::param_shard() const {
+  return impl_->params_view().slice(shard_offset(), shard_count());
+}
+TensorView DataParallel::grad_shard() const {
+  return impl_->grads_view().slice(shard_offset(), shard_count());
+}
+std::size_t DataParallel::shard_offset() const noexcept {
+  return static_cast<std::size_t>(impl_->world.rank()) * impl_->plan.shard_count;
+}
+std::size_t DataParallel::shard_count() const noexcept {
+  return impl_->plan.shard_count;
+}
+DType DataParallel::dtype() const noexcept {
+  return impl_->plan.dtype;
+}
+const Stream& DataParallel::compute_stream() const noexcept {
+  return impl_->compute;
+}
+const Stream& DataParallel::comm_stream() const noexcept {
+  return impl_->comm_stream;
+}
+World& DataParallel::world() noexcept {
+  return impl_->world;
+}
+Communicator& DataParallel::comm() noexcept {
+  return impl_->comm;
+}
+const ParamRegistry& DataParallel::registry() const noexcept {
+  return impl_->registry;
+}
+const BucketPlan& DataParallel::plan() const noexcept {
+  return impl_->plan;
+}
+const DataParallelOptions& DataParallel::options() const noexcept {
+  return impl_->options;
+}
+
+}  // namespace cohort

@@ -1,0 +1,68 @@
+#include <cohort/core/error.hpp>
+#include <cohort/ddp/param_registry.hpp>
+
+#include <limits>
+#include <utility>
+
+namespace cohort {
+
+namespace {
+constexpr std::size_t kMaxElements = std::size_t{1} << 48;
+}  // namespace
+
+std::string ParamInfo::describe() const {
+  std::string text = name + " [";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) {
+      text += ", ";
+    }
+    text += std::to_string(shape[i]);
+  }
+  text += "] ";
+  text += to_string(dtype);
+  return text;
+}
+
+ParamHandle ParamRegistry::add(std::string name, std::vector<std::size_t> shape, DType dtype) {
+  COHORT_EXPECTS(!name.empty(), "ParamRegistry::add: a parameter needs a name");
+  for (const ParamInfo& existing : params_) {
+    COHORT_EXPECTS(existing.name != name,
+                   "ParamRegistry::add: a parameter named '" + name + "' is already registered");
+  }
+  COHORT_EXPECTS(params_.size() < std::numeric_limits<std::uint32_t>::max(),
+                 "ParamRegistry::add: too many parameters");
+  std::size_t count = 1;
+  for (const std::size_t extent : shape) {
+    COHORT_EXPECTS(extent > 0, "ParamRegistry::add: parameter '" + name +
+                                   "' has a zero extent; a parameter needs at least one element");
+    COHORT_EXPECTS(count <= kMaxElements / extent,
+                   "ParamRegistry::add: parameter '" + name + "' has more than 2^48 elements");
+    count *= extent;
+  }
+  ParamInfo info;
+  info.name = std::move(name);
+  info.shape = std::move(shape);
+  info.dtype = dtype;
+  info.count = count;
+  params_.push_back(std::move(info));
+  return ParamHandle{static_cast<std::uint32_t>(params_.size() - 1)};
+}
+
+const ParamInfo& ParamRegistry::info(ParamHandle handle) const {
+  COHORT_EXPECTS(handle.index < params_.size(), "parameter handle " + std::to_string(handle.index) +
+                                                    " is not from this registry (" +
+                                                    std::to_string(params_.size()) +
+                                                    " parameters)");
+  return params_[handle.index];
+}
+
+ParamHandle ParamRegistry::find(std::string_view name) const {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) {
+      return ParamHandle{static_cast<std::uint32_t>(i)};
+    }
+  }
+  COHORT_FAIL(InvalidArgument, "no parameter named '" + std::string(name) + "' is registered");
+}
+
+}  // namespace cohort

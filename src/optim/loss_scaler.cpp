@@ -1,0 +1,44 @@
+#include "state_memory.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/kernels/optimizer_math.hpp>
+#include <cohort/optim/loss_scaler.hpp>
+
+#include <cmath>
+
+namespace cohort {
+
+LossScaler::LossScaler(Device device, const LossScalerOptions& options)
+    : device_(device), options_(options) {
+  COHORT_EXPECTS(options.initial_scale > 0.0f && std::isfinite(options.initial_scale),
+                 "a loss scale must be positive and finite");
+  COHORT_EXPECTS(options.growth_factor >= 1.0f, "the growth factor must be at least 1");
+  COHORT_EXPECTS(options.backoff_factor > 0.0f && options.backoff_factor < 1.0f,
+                 "the backoff factor must be in (0, 1)");
+  COHORT_EXPECTS(options.growth_interval >= 1, "the growth interval must be at least 1 step");
+  COHORT_EXPECTS(options.min_scale > 0.0f && options.min_scale <= options.max_scale,
+                 "loss scale bounds must satisfy 0 < min_scale <= max_scale");
+  const Stream stream = Stream::create(device);
+  const detail::CurrentDevice current(device);
+  state_ = Buffer(detail::default_state_resource(device), sizeof(kernels::LossScalerState),
+                  MemoryCategory::other);
+  kernels::LossScalerState initial;
+  initial.scale = options.initial_scale;
+  detail::write_now(state_.data(), &initial, sizeof(initial), stream);
+}
+
+LossScaler::~LossScaler() = default;
+
+TensorView LossScaler::scale_view() const {
+  // `scale` is the first member of LossScalerState.
+  return TensorView(state(), 1, DType::f32, device_);
+}
+
+LossScalerSnapshot LossScaler::read(const Stream& stream) const {
+  kernels::LossScalerState values;
+  detail::read_after(&values, state_.data(), sizeof(values), stream);
+  return LossScalerSnapshot{values.scale, values.growth_tracker, values.skipped_steps,
+                            values.last_found_inf != 0};
+}
+
+}  // namespace cohort

@@ -1,0 +1,136 @@
+// BucketPlan over seeded random registries: the layout and bucket properties that every rank
+// relies on, checked against brute force.
+#include <cohort/core/error.hpp>
+#include <cohort/ddp/bucket_plan.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BucketPlan, RandomRegistriesHaveContiguousAlignedCappedBuckets) {
+  std::mt19937 random(20261202);
+  for (int trial = 0; trial < 300; ++trial) {
+    const cohort::DType dtype = trial % 3 == 0 ? cohort::DType::bf16 : cohort::DType::f32;
+    const std::size_t element = cohort::size_of(dtype);
+    const std::size_t alignment = 256 / element;
+    cohort::ParamRegistry registry;
+    const int params = std::uniform_int_distribution<int>(1, 40)(random);
+    for (int p = 0; p < params; ++p) {
+      const std::size_t count = std::uniform_int_distribution<std::size_t>(1, 5000)(random);
+      std::string name = "p";
+      name.append(std::to_string(p));
+      if (p % 4 == 1) {
+        registry.add(name, {count, 3}, dtype);
+      } else {
+        registry.add(name, {count}, dtype);
+      }
+    }
+    const int world = std::uniform_int_distribution<int>(1, 8)(random);
+    const std::size_t bucket_bytes = std::uniform_int_distribution<std::size_t>(1, 65536)(random);
+    const std::size_t first_bytes = std::uniform_int_distribution<std::size_t>(1, 16384)(random);
+    const cohort::BucketPlan plan =
+        cohort::make_bucket_plan(registry, world, bucket_bytes, first_bytes);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+
+    // Layout: reverse registration order, aligned, disjoint, padded to world x alignment.
+    ASSERT_EQ(plan.slots.size(), registry.size());
+    std::size_t expected_offset = 0;
+    for (std::size_t i = registry.size(); i-- > 0;) {
+      EXPECT_EQ(plan.slots[i].offset, expected_offset) << "parameter " << i;
+      EXPECT_EQ(plan.slots[i].offset % alignment, 0u);
+      EXPECT_EQ(plan.slots[i].count, registry.params()[i].count);
+      expected_offset =
+          (plan.slots[i].offset + plan.slots[i].count + alignment - 1) / alignment * alignment;
+    }
+    EXPECT_EQ(plan.used_count, expected_offset);
+    EXPECT_GE(plan.arena_count, plan.used_count);
+    EXPECT_LT(plan.arena_count, plan.used_count + alignment * static_cast<std::size_t>(world));
+    EXPECT_EQ(plan.arena_count % (alignment * static_cast<std::size_t>(world)), 0u);
+    EXPECT_EQ(plan.shard_count * static_cast<std::size_t>(world), plan.arena_count);
+
+    // Buckets: contiguous, covering the arena exactly, aligned, within their caps.
+    const std::size_t cap = std::max(bucket_bytes / element / alignment * alignment, alignment);
+    const std::size_t first_cap =
+        std::max(first_bytes / element / alignment * alignment, alignment);
+    std::size_t next = 0;
+    for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+      const cohort::ArenaSlice slice = plan.buckets[b].slice;
+      EXPECT_EQ(slice.offset, next) << "bucket " << b;
+      EXPECT_GT(slice.count, 0u);
+      EXPECT_EQ(slice.offset % alignment, 0u);
+      EXPECT_LE(slice.count, b == 0 ? first_cap : cap) << "bucket " << b;
+      if (b + 1 < plan.buckets.size()) {  // only the last may be short
+        EXPECT_EQ(slice.count, b == 0 ? first_cap : cap) << "bucket " << b;
+      }
+      next = slice.offset + slice.count;
+    }
+    EXPECT_EQ(next, plan.arena_count);
+
+    // Overlap lists, by brute force, in arena order; and their inverse.
+    for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+      const cohort::ArenaSlice slice = plan.buckets[b].slice;
+      std::vector<std::uint32_t> expected;
+      for (std::size_t i = registry.size(); i-- > 0;) {
+        const cohort::ArenaSlice slot = plan.slots[i];
+        if (slot.offset < slice.offset + slice.count && slice.offset < slot.offset + slot.count) {
+          expected.push_back(static_cast<std::uint32_t>(i));
+        }
+      }
+      EXPECT_EQ(plan.buckets[b].params, expected) << "bucket " << b;
+    }
+    ASSERT_EQ(plan.param_buckets.size(), registry.size());
+    for (std::uint32_t i = 0; i < registry.size(); ++i) {
+      std::vector<std::uint32_t> expected;
+      for (std::uint32_t b = 0; b < plan.buckets.size(); ++b) {
+        const auto& list = plan.buckets[b].params;
+        if (std::find(list.begin(), list.end(), i) != list.end()) {
+          expected.push_back(b);
+        }
+      }
+      EXPECT_FALSE(expected.empty());
+      EXPECT_EQ(plan.param_buckets[i], expected) << "parameter " << i;
+    }
+
+    // A pure function: the same inputs give the same plan (what every rank computes).
+    const cohort::BucketPlan again =
+        cohort::make_bucket_plan(registry, world, bucket_bytes, first_bytes);
+    EXPECT_EQ(again.describe(), plan.describe());
+    EXPECT_EQ(again.slots, plan.slots);
+  }
+}
+
+TEST(BucketPlan, DefaultCapsGiveA1MiBFirstBucketThen25MiB) {
+  cohort::ParamRegistry registry;
+  registry.add("big", {20u << 20});  // 80 MiB of f32
+  const cohort::BucketPlan plan = cohort::make_bucket_plan(registry, 8, 25u << 20, 1u << 20);
+  ASSERT_EQ(plan.buckets.size(), 5u);  // 1 + 25 + 25 + 25 + 4 MiB
+  EXPECT_EQ(plan.buckets[0].slice.count, (1u << 20) / 4);
+  EXPECT_EQ(plan.buckets[1].slice.count, (25u << 20) / 4);
+  EXPECT_EQ(plan.buckets[4].slice.count, (4u << 20) / 4);
+  EXPECT_THAT(plan.describe(), HasSubstr("bucket 0: [0, 262144) 1.00 MiB, 1 params"));
+}
+
+TEST(BucketPlan, RejectsEmptyAndMixedRegistries) {
+  cohort::ParamRegistry empty;
+  EXPECT_THROW(cohort::make_bucket_plan(empty, 1, 1024, 1024), cohort::InvalidArgument);
+  cohort::ParamRegistry registry;
+  EXPECT_THROW(registry.add("zero", {3, 0}), cohort::InvalidArgument);
+  registry.add("a", {3});
+  EXPECT_THROW(registry.add("a", {3}), cohort::InvalidArgument);
+  EXPECT_EQ(registry.find("a").index, 0u);
+  EXPECT_THROW((void)registry.find("b"), cohort::InvalidArgument);
+  EXPECT_EQ(registry.info(registry.find("a")).describe(), "a [3] f32");
+  registry.add("scalar", {}, cohort::DType::f16);
+  EXPECT_EQ(registry.info(cohort::ParamHandle{1}).count, 1u);
+  EXPECT_THROW(cohort::make_bucket_plan(registry, 2, 1024, 1024), cohort::InvalidArgument);
+}
+
+}  // namespace
