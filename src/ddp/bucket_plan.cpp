@@ -1,8 +1,8 @@
 #include <cohort/core/error.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/memory/memory_report.hpp>
 
 #include <algorithm>
-#include <cstdio>
 
 namespace cohort {
 
@@ -16,19 +16,6 @@ std::size_t round_up(std::size_t value, std::size_t multiple) {
 std::size_t cap_elements(std::size_t bytes, std::size_t element_bytes, std::size_t alignment) {
   const std::size_t elements = bytes / element_bytes / alignment * alignment;
   return std::max(elements, alignment);
-}
-
-std::string format_bytes(std::size_t bytes) {
-  char text[32];
-  const double value = static_cast<double>(bytes);
-  if (bytes >= (std::size_t{1} << 20)) {
-    std::snprintf(text, sizeof(text), "%.2f MiB", value / (1024.0 * 1024.0));
-  } else if (bytes >= 1024) {
-    std::snprintf(text, sizeof(text), "%.2f KiB", value / 1024.0);
-  } else {
-    std::snprintf(text, sizeof(text), "%zu B", bytes);
-  }
-  return text;
 }
 
 }  // namespace
@@ -46,7 +33,7 @@ std::string BucketPlan::describe() const {
 }
 
 BucketPlan make_bucket_plan(const ParamRegistry& registry, int world_size, std::size_t bucket_bytes,
-                            std::size_t first_bucket_bytes) {
+                            std::size_t first_bucket_bytes, std::size_t last_bucket_bytes) {
   COHORT_EXPECTS(!registry.empty(), "cannot plan an arena for an empty parameter registry");
   COHORT_EXPECTS_GE(world_size, 1, "the world size must be at least 1");
   COHORT_EXPECTS(bucket_bytes > 0 && first_bucket_bytes > 0,
@@ -79,11 +66,23 @@ BucketPlan make_bucket_plan(const ParamRegistry& registry, int world_size, std::
   // Buckets (Note [Buckets]).
   const std::size_t first_cap = cap_elements(first_bucket_bytes, element_bytes, alignment);
   const std::size_t cap = cap_elements(bucket_bytes, element_bytes, alignment);
-  for (std::size_t start = 0; start < plan.arena_count;) {
+  // With a last cap, the tail after the first bucket gets a bucket of its own (the one before it
+  // may then be short); without one, the last bucket is whatever remains.
+  const std::size_t first_count = std::min(first_cap, plan.arena_count);
+  const std::size_t tail =
+      last_bucket_bytes == 0
+          ? 0
+          : std::min({cap, cap_elements(last_bucket_bytes, element_bytes, alignment),
+                      plan.arena_count - first_count});
+  const std::size_t body_end = plan.arena_count - tail;
+  for (std::size_t start = 0; start < body_end;) {
     const std::size_t limit = plan.buckets.empty() ? first_cap : cap;
-    const std::size_t count = std::min(limit, plan.arena_count - start);
+    const std::size_t count = std::min(limit, body_end - start);
     plan.buckets.push_back(Bucket{ArenaSlice{start, count}, {}});
     start += count;
+  }
+  if (tail > 0) {
+    plan.buckets.push_back(Bucket{ArenaSlice{body_end, tail}, {}});
   }
 
   // Overlaps: walk parameters in arena order against buckets in arena order.

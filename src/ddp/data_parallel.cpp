@@ -44,6 +44,7 @@ std::vector<std::string> fingerprint_lines(const ParamRegistry& registry,
   }
   lines.push_back("option bucket_bytes = " + std::to_string(options.bucket_bytes));
   lines.push_back("option first_bucket_bytes = " + std::to_string(options.first_bucket_bytes));
+  lines.push_back("option last_bucket_bytes = " + std::to_string(options.last_bucket_bytes));
   lines.push_back("option gradient_sync = " + std::string(to_string(options.gradient_sync)));
   lines.push_back("option compression = " + std::string(to_string(options.compression)));
   return lines;
@@ -68,7 +69,8 @@ struct DataParallel::Impl {
         registry(r),
         options(std::move(o)),
         plan(
-            make_bucket_plan(registry, w.size(), options.bucket_bytes, options.first_bucket_bytes)),
+            make_bucket_plan(registry, w.size(), options.bucket_bytes, options.first_bucket_bytes,
+                             options.last_bucket_bytes)),
         device(w.device()),
         compute(options.compute_stream ? *options.compute_stream : Stream::create(device)),
         comm_stream(Stream::create(device)) {}

@@ -118,6 +118,42 @@ TEST(BucketPlan, DefaultCapsGiveA1MiBFirstBucketThen25MiB) {
   EXPECT_THAT(plan.describe(), HasSubstr("bucket 0: [0, 262144) 1.00 MiB, 1 params"));
 }
 
+TEST(BucketPlan, LastCapGivesTheTailABucketOfItsOwn) {
+  cohort::ParamRegistry registry;
+  registry.add("big", {20u << 20});  // 80 MiB of f32
+  const cohort::BucketPlan plan =
+      cohort::make_bucket_plan(registry, 8, 25u << 20, 1u << 20, 1u << 20);
+  ASSERT_EQ(plan.buckets.size(), 6u);  // 1 + 25 + 25 + 25 + 3 + 1 MiB
+  EXPECT_EQ(plan.buckets[4].slice.count, (3u << 20) / 4);
+  EXPECT_EQ(plan.buckets[5].slice.count, (1u << 20) / 4);
+  EXPECT_EQ(plan.buckets[5].slice.offset + plan.buckets[5].slice.count, plan.arena_count);
+
+  // Over random sizes: the tail never exceeds its cap (nor the general one), the first bucket
+  // keeps its own, and the buckets still tile the arena.
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    cohort::ParamRegistry params;
+    params.add("a", {std::uniform_int_distribution<std::size_t>(1, 200000)(random)});
+    params.add("b", {std::uniform_int_distribution<std::size_t>(1, 200000)(random)});
+    const std::size_t cap = std::uniform_int_distribution<std::size_t>(256, 1 << 18)(random);
+    const std::size_t first = std::uniform_int_distribution<std::size_t>(256, 1 << 16)(random);
+    const std::size_t last = std::uniform_int_distribution<std::size_t>(256, 1 << 19)(random);
+    const auto tiled = cohort::make_bucket_plan(params, 3, cap, first, last);
+    std::size_t next = 0;
+    for (const auto& bucket : tiled.buckets) {
+      ASSERT_EQ(bucket.slice.offset, next);
+      next += bucket.slice.count;
+    }
+    ASSERT_EQ(next, tiled.arena_count);
+    const std::size_t element_cap = std::max<std::size_t>(cap / 4 / 64 * 64, 64);
+    const std::size_t last_cap = std::min(element_cap, std::max<std::size_t>(last / 4 / 64 * 64, 64));
+    if (tiled.buckets.size() > 1) {
+      EXPECT_LE(tiled.buckets.back().slice.count, last_cap) << "trial " << trial;
+    }
+    EXPECT_LE(tiled.buckets.front().slice.count, std::max<std::size_t>(first / 4 / 64 * 64, 64));
+  }
+}
+
 TEST(BucketPlan, RejectsEmptyAndMixedRegistries) {
   cohort::ParamRegistry empty;
   EXPECT_THROW(cohort::make_bucket_plan(empty, 1, 1024, 1024), cohort::InvalidArgument);

@@ -14,10 +14,12 @@
 ///
 /// Note [Buckets]
 /// Buckets are contiguous slices of the whole (padded) arena, in arena order, covering it exactly.
-/// The first is at most `first_bucket_bytes`, the others at most `bucket_bytes`; both caps are
-/// rounded down to a multiple of 256 bytes (at least 256), so every bucket starts aligned. A bucket
-/// may begin or end inside a parameter: it is ready when every parameter that overlaps it is.
-/// Bucket 0 holds the gradients backward produces first.
+/// The first is at most `first_bucket_bytes`, the last at most `last_bucket_bytes`, the others at
+/// most `bucket_bytes`; the caps are rounded down to a multiple of 256 bytes (at least 256), so
+/// every bucket starts aligned. A bucket may begin or end inside a parameter: it is ready when
+/// every parameter that overlaps it is. Bucket 0 holds the gradients backward produces first and
+/// starts communication early; the last bucket holds the gradients backward produces at its very
+/// end, whose all-reduce nothing is left to hide, so a small last cap keeps that exposed time short.
 
 #include <cohort/ddp/param_registry.hpp>
 
@@ -64,7 +66,8 @@ struct BucketPlan {
 /// Plans the arena and its buckets (Notes [Arena layout], [Buckets]).
 /// @throws InvalidArgument for an empty registry, parameters of different dtypes (naming the
 ///         first that differs from the first parameter), a world size below 1, or a cap of 0.
+/// A `last_bucket_bytes` of 0 gives the last bucket no cap of its own (`bucket_bytes`).
 BucketPlan make_bucket_plan(const ParamRegistry& registry, int world_size, std::size_t bucket_bytes,
-                            std::size_t first_bucket_bytes);
+                            std::size_t first_bucket_bytes, std::size_t last_bucket_bytes = 0);
 
 }  // namespace cohort

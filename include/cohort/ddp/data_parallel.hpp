@@ -108,6 +108,9 @@ struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   /// Cap of the first bucket, the first gradients backward produces (same on every rank).
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  /// Cap of the last bucket, the last gradients backward produces: nothing is left to hide its
+  /// all-reduce behind, so it is small (0: no cap of its own; same on every rank).
+  std::size_t last_bucket_bytes = std::size_t{1} << 20;
   /// Bucketed all-reduce, or one reduce-scatter into this rank's shard (same on every rank).
   GradientSync gradient_sync = GradientSync::all_reduce;
   /// Unmarked parameters are an error, or zero gradients (Note [Unused parameters]).
