@@ -1,0 +1,331 @@
+// layers::Math: cuBLAS and the kernels of math_kernels.cu on a GPU; OpenBLAS and loops, enqueued
+// on the host stream, on the host.
+
+#include <layers/math.hpp>
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/float16.hpp>
+#include <cohort/memory/device_pool.hpp>
+#include <cohort/memory/host_resource.hpp>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#if COHORT_WITH_CUDA
+#include "math_kernels.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace layers {
+
+#if COHORT_WITH_CUDA
+namespace {
+
+void cublas_try(cublasStatus_t status, const char* call) {
+  COHORT_CHECK(status == CUBLAS_STATUS_SUCCESS, cohort::CudaError,
+               std::string(call) + " failed: " + cublasGetStatusName(status) + ": " +
+                   cublasGetStatusString(status));
+}
+
+void cuda_try(cudaError_t error, const char* call) {
+  COHORT_CHECK(error == cudaSuccess, cohort::CudaError,
+               std::string(call) + " failed: " + cudaGetErrorName(error) + ": " +
+                   cudaGetErrorString(error));
+}
+
+cublasOperation_t as_cublas(Transpose transpose) {
+  return transpose == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+}  // namespace
+
+struct Math::Cuda {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  ~Cuda() {
+    if (handle != nullptr) cublasDestroy(handle);
+  }
+};
+#else
+struct Math::Cuda {};
+#endif
+
+namespace {
+
+CBLAS_TRANSPOSE as_cblas(Transpose transpose) {
+  return transpose == Transpose::yes ? CblasTrans : CblasNoTrans;
+}
+
+// The GEMM shape gemm_work repeats: [side, side] x [side, k], k at most kMaxDepth.
+constexpr int kMaxDepth = 4096;
+
+}  // namespace
+
+Math::Math(cohort::Stream stream) : stream_(std::move(stream)) {
+  if (device().is_host()) {
+    openblas_set_num_threads(1);
+    resource_ = std::make_shared<cohort::HostResource>();
+    return;
+  }
+#if COHORT_WITH_CUDA
+  cohort::DevicePoolOptions options;
+  options.device = device().index();
+  resource_ = cohort::make_device_pool_resource(options);
+  cuda_ = std::make_unique<Cuda>();
+  cuda_try(cudaSetDevice(device().index()), "cudaSetDevice");
+  cublas_try(cublasCreate(&cuda_->handle), "cublasCreate");
+  cuda_->stream = static_cast<cudaStream_t>(stream_.native_handle());
+  cublas_try(cublasSetStream(cuda_->handle, cuda_->stream), "cublasSetStream");
+#else
+  COHORT_FAIL(cohort::InvalidArgument, "layers::Math on " + device().to_string() +
+                                           ": this build has no CUDA");
+#endif
+}
+
+Math::~Math() = default;
+
+cohort::Buffer Math::allocate_floats(std::size_t count, cohort::MemoryCategory category) {
+  return allocate_bytes(count * sizeof(float), category);
+}
+
+cohort::Buffer Math::allocate_bytes(std::size_t bytes, cohort::MemoryCategory category) {
+  cohort::Buffer buffer(resource_, std::max<std::size_t>(bytes, 16), category);
+  if (device().is_host()) {
+    std::memset(buffer.data(), 0, buffer.size_bytes());
+  } else {
+#if COHORT_WITH_CUDA
+    cuda_try(cudaMemset(buffer.data(), 0, buffer.size_bytes()), "cudaMemset");
+#endif
+  }
+  return buffer;
+}
+
+void Math::gemm(Transpose transpose_a, Transpose transpose_b, int m, int n, int k, float alpha,
+                const float* a, const float* b, float beta, float* c) {
+  const int lda = transpose_a == Transpose::yes ? m : k;
+  const int ldb = transpose_b == Transpose::yes ? k : n;
+  if (device().is_host()) {
+    stream_.enqueue([=] {
+      cblas_sgemm(CblasRowMajor, as_cblas(transpose_a), as_cblas(transpose_b), m, n, k, alpha, a,
+                  lda, b, ldb, beta, c, n);
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  cublas_try(cublasSgemm(cuda_->handle, as_cublas(transpose_b), as_cublas(transpose_a), n, m, k,
+                         &alpha, b, ldb, a, lda, &beta, c, n),
+             "cublasSgemm");
+#endif
+}
+
+void Math::bias_activation(float* y, const float* bias, int rows, int cols, bool relu) {
+  if (device().is_host()) {
+    stream_.enqueue([=] {
+      for (int r = 0; r < rows; ++r) {
+        float* row = y + static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
+        for (int col = 0; col < cols; ++col) {
+          const float value = row[col] + bias[col];
+          row[col] = relu && value < 0.0f ? 0.0f : value;
+        }
+      }
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  kernels::bias_activation(y, bias, rows, cols, relu, cuda_->stream);
+#endif
+}
+
+void Math::relu_backward(float* grad, const float* activation, std::size_t count) {
+  if (device().is_host()) {
+    stream_.enqueue([=] {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (activation[i] <= 0.0f) grad[i] = 0.0f;
+      }
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  kernels::relu_backward(grad, activation, count, cuda_->stream);
+#endif
+}
+
+void Math::column_sums(const float* x, int rows, int cols, float* out) {
+  if (device().is_host()) {
+    stream_.enqueue([=] {
+      std::fill(out, out + cols, 0.0f);
+      for (int r = 0; r < rows; ++r) {
+        const float* row = x + static_cast<std::size_t>(r) * static_cast<std::size_t>(cols);
+        for (int col = 0; col < cols; ++col) out[col] += row[col];
+      }
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  kernels::column_sums(x, rows, cols, out, cuda_->stream);
+#endif
+}
+
+void Math::softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows,
+                                 int classes, float grad_scale, float* grad_logits,
+                                 double* stats) {
+  if (device().is_host()) {
+    stream_.enqueue([=] {
+      for (int r = 0; r < rows; ++r) {
+        const float* row = logits + static_cast<std::size_t>(r) * static_cast<std::size_t>(classes);
+        const int best = static_cast<int>(std::max_element(row, row + classes) - row);
+        const float top = row[best];
+        float total = 0.0f;
+        for (int c = 0; c < classes; ++c) total += std::exp(row[c] - top);
+        const int label = labels[r];
+        stats[0] += static_cast<double>(std::log(total) - (row[label] - top));
+        if (best == label) stats[1] += 1.0;
+        if (grad_logits == nullptr) continue;
+        float* grad = grad_logits + static_cast<std::size_t>(r) * static_cast<std::size_t>(classes);
+        for (int c = 0; c < classes; ++c) {
+          const float p = std::exp(row[c] - top) / total;
+          grad[c] = (p - (c == label ? 1.0f : 0.0f)) * grad_scale;
+        }
+      }
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  kernels::softmax_cross_entropy(logits, labels, rows, classes, grad_scale, grad_logits, stats,
+                                 cuda_->stream);
+#endif
+}
+
+void Math::cast(const cohort::TensorView& from, const cohort::TensorView& to) {
+  COHORT_EXPECTS(from.count() == to.count(), "cast between views of " +
+                                                 std::to_string(from.count()) + " and " +
+                                                 std::to_string(to.count()) + " elements");
+  const std::size_t count = from.count();
+  const bool f32_to_bf16 = from.dtype() == cohort::DType::f32 && to.dtype() == cohort::DType::bf16;
+  const bool bf16_to_f32 = from.dtype() == cohort::DType::bf16 && to.dtype() == cohort::DType::f32;
+  COHORT_EXPECTS(f32_to_bf16 || bf16_to_f32 || from.dtype() == to.dtype(),
+                 "layers::Math::cast supports f32 <-> bf16 and copies");
+  void* destination = to.data();
+  const void* source = from.data();
+  if (device().is_host()) {
+    const std::size_t bytes = from.bytes();
+    stream_.enqueue([=] {
+      if (f32_to_bf16) {
+        const auto* in = static_cast<const float*>(source);
+        auto* out = static_cast<cohort::bfloat16*>(destination);
+        for (std::size_t i = 0; i < count; ++i) out[i] = cohort::bfloat16(in[i]);
+      } else if (bf16_to_f32) {
+        const auto* in = static_cast<const cohort::bfloat16*>(source);
+        auto* out = static_cast<float*>(destination);
+        for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
+      } else {
+        std::memcpy(destination, source, bytes);
+      }
+    });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  if (f32_to_bf16) {
+    kernels::f32_to_bf16(static_cast<const float*>(source), static_cast<std::uint16_t*>(destination),
+                         count, cuda_->stream);
+  } else if (bf16_to_f32) {
+    kernels::bf16_to_f32(static_cast<const std::uint16_t*>(source), static_cast<float*>(destination),
+                         count, cuda_->stream);
+  } else {
+    cuda_try(cudaMemcpyAsync(destination, source, from.bytes(), cudaMemcpyDeviceToDevice,
+                             cuda_->stream),
+             "cudaMemcpyAsync");
+  }
+#endif
+}
+
+void Math::zero(void* data, std::size_t bytes) {
+  if (device().is_host()) {
+    stream_.enqueue([=] { std::memset(data, 0, bytes); });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  cuda_try(cudaMemsetAsync(data, 0, bytes, cuda_->stream), "cudaMemsetAsync");
+#endif
+}
+
+void Math::upload(void* device_destination, const void* host_source, std::size_t bytes) {
+  if (device().is_host()) {
+    stream_.enqueue([=] { std::memcpy(device_destination, host_source, bytes); });
+    stream_.synchronize();
+    return;
+  }
+#if COHORT_WITH_CUDA
+  cuda_try(cudaMemcpyAsync(device_destination, host_source, bytes, cudaMemcpyHostToDevice,
+                           cuda_->stream),
+           "cudaMemcpyAsync");
+  stream_.synchronize();
+#endif
+}
+
+void Math::download(void* host_destination, const void* device_source, std::size_t bytes) {
+  if (device().is_host()) {
+    stream_.enqueue([=] { std::memcpy(host_destination, device_source, bytes); });
+    stream_.synchronize();
+    return;
+  }
+#if COHORT_WITH_CUDA
+  cuda_try(cudaMemcpyAsync(host_destination, device_source, bytes, cudaMemcpyDeviceToHost,
+                           cuda_->stream),
+           "cudaMemcpyAsync");
+  stream_.synchronize();
+#endif
+}
+
+void Math::gemm_work(double flops) {
+  // [side, side] x [side, depth] products; a smaller side for small layers.
+  const int side = flops >= 2.0 * 1024 * 1024 * 256 ? 1024 : 256;
+  const double per_unit_depth = 2.0 * side * side;
+  if (flops < per_unit_depth * 8) return;  // below a few MFLOP: nothing worth launching
+  if (work_a_.empty()) {
+    work_a_ = allocate_floats(static_cast<std::size_t>(1024) * kMaxDepth);
+    work_b_ = allocate_floats(static_cast<std::size_t>(1024) * kMaxDepth);
+    work_c_ = allocate_floats(static_cast<std::size_t>(1024) * 1024);
+  }
+  const auto* a = static_cast<const float*>(work_a_.data());
+  const auto* b = static_cast<const float*>(work_b_.data());
+  auto* c = static_cast<float*>(work_c_.data());
+  const double depth_total = flops / per_unit_depth;
+  const int repeats = static_cast<int>(std::ceil(depth_total / kMaxDepth));
+  const int depth =
+      std::max(8, static_cast<int>(std::lround(depth_total / repeats / 8.0)) * 8);
+  for (int i = 0; i < repeats; ++i) {
+    if (device().is_host()) {
+      gemm(Transpose::no, Transpose::no, side, side, depth, 1.0f, a, b, 0.0f, c);
+      continue;
+    }
+#if COHORT_WITH_CUDA
+    const float alpha = 1.0f, beta = 0.0f;
+    cublas_try(cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, side, side, depth, &alpha, b,
+                            CUDA_R_32F, side, a, CUDA_R_32F, depth, &beta, c, CUDA_R_32F, side,
+                            CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+#endif
+  }
+}
+
+void Math::simulate(std::chrono::nanoseconds duration) {
+  if (duration.count() <= 0) return;
+  if (device().is_host()) {
+    stream_.enqueue([duration] { std::this_thread::sleep_for(duration); });
+    return;
+  }
+#if COHORT_WITH_CUDA
+  kernels::spin(static_cast<std::uint64_t>(duration.count()), cuda_->stream);
+#endif
+}
+
+}  // namespace layers

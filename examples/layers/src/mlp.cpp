@@ -1,0 +1,198 @@
+#include <layers/mlp.hpp>
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/float16.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+namespace layers {
+namespace {
+
+bool is_f32(const cohort::TensorView& view) { return view.dtype() == cohort::DType::f32; }
+
+}  // namespace
+
+Mlp::Mlp(const MlpConfig& config, cohort::ParamRegistry& registry) : config_(config) {
+  COHORT_EXPECTS(config.layers >= 1 && config.inputs > 0 && config.hidden > 0 && config.classes > 1,
+                 "an MLP needs layers >= 1, inputs > 0, hidden > 0 and classes > 1");
+  COHORT_EXPECTS(config.dtype == cohort::DType::f32 || config.dtype == cohort::DType::bf16,
+                 "MLP parameters are f32 or bf16");
+  layers_.resize(static_cast<std::size_t>(config.layers));
+  for (int l = 0; l < config.layers; ++l) {
+    const std::string name = "fc" + std::to_string(l);
+    const auto out = static_cast<std::size_t>(fan_out(l));
+    const auto in = static_cast<std::size_t>(fan_in(l));
+    layers_[static_cast<std::size_t>(l)].weight = registry.add(name + ".weight", {out, in}, config.dtype);
+    layers_[static_cast<std::size_t>(l)].bias = registry.add(name + ".bias", {out}, config.dtype);
+  }
+}
+
+int Mlp::fan_in(int layer) const noexcept { return layer == 0 ? config_.inputs : config_.hidden; }
+int Mlp::fan_out(int layer) const noexcept {
+  return layer == config_.layers - 1 ? config_.classes : config_.hidden;
+}
+double Mlp::forward_flops(int layer) const noexcept {
+  return 2.0 * fan_in(layer) * fan_out(layer) + 2.0 * fan_out(layer);
+}
+std::size_t Mlp::parameter_count() const noexcept {
+  std::size_t total = 0;
+  for (int l = 0; l < config_.layers; ++l) {
+    total += static_cast<std::size_t>(fan_out(l)) * static_cast<std::size_t>(fan_in(l) + 1);
+  }
+  return total;
+}
+
+void Mlp::initialise(cohort::DataParallel& dp, Math& math, std::uint64_t seed) const {
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    std::mt19937_64 generator(seed * 1000003ULL + l);
+    const auto bound = static_cast<float>(std::sqrt(6.0 / fan_in(layer)));
+    std::uniform_real_distribution<float> uniform(-bound, bound);
+    const cohort::TensorView w = dp.param(layers_[l].weight);
+    const cohort::TensorView b = dp.param(layers_[l].bias);
+    std::vector<float> weights(w.count());
+    for (float& value : weights) value = uniform(generator);
+    std::vector<float> biases(b.count(), 0.0f);
+    for (const auto& [view, values] : {std::pair{w, &weights}, std::pair{b, &biases}}) {
+      if (is_f32(view)) {
+        math.upload(view.data(), values->data(), view.bytes());
+      } else {
+        std::vector<cohort::bfloat16> rounded(values->size());
+        std::transform(values->begin(), values->end(), rounded.begin(),
+                       [](float value) { return cohort::bfloat16(value); });
+        math.upload(view.data(), rounded.data(), view.bytes());
+      }
+    }
+  }
+}
+
+void Mlp::bind(cohort::DataParallel& dp, Math& math, int max_batch) {
+  COHORT_EXPECTS(max_batch > 0, "bind an MLP to batches of at least one row");
+  dp_ = &dp;
+  math_ = &math;
+  max_batch_ = max_batch;
+  const auto rows = static_cast<std::size_t>(max_batch);
+  int widest = config_.inputs;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    widest = std::max(widest, fan_out(layer));
+    Layer& slot = layers_[l];
+    slot.activation = math.allocate_floats(rows * static_cast<std::size_t>(fan_out(layer)));
+    if (config_.dtype != cohort::DType::f32) {
+      const std::size_t weights = dp.param(slot.weight).count();
+      const std::size_t biases = dp.param(slot.bias).count();
+      slot.weight32 = math.allocate_floats(weights, cohort::MemoryCategory::parameters);
+      slot.bias32 = math.allocate_floats(biases, cohort::MemoryCategory::parameters);
+      slot.grad_weight32 = math.allocate_floats(weights, cohort::MemoryCategory::gradients);
+      slot.grad_bias32 = math.allocate_floats(biases, cohort::MemoryCategory::gradients);
+    }
+  }
+  grad_a_ = math.allocate_floats(rows * static_cast<std::size_t>(widest));
+  grad_b_ = math.allocate_floats(rows * static_cast<std::size_t>(widest));
+}
+
+const float* Mlp::weight(std::size_t layer) const {
+  const Layer& slot = layers_[layer];
+  return config_.dtype == cohort::DType::f32
+             ? static_cast<const float*>(dp_->param(slot.weight).data())
+             : static_cast<const float*>(slot.weight32.data());
+}
+
+const float* Mlp::bias(std::size_t layer) const {
+  const Layer& slot = layers_[layer];
+  return config_.dtype == cohort::DType::f32
+             ? static_cast<const float*>(dp_->param(slot.bias).data())
+             : static_cast<const float*>(slot.bias32.data());
+}
+
+void Mlp::forward(const float* inputs, int batch) {
+  COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before running it");
+  COHORT_EXPECTS(batch > 0 && batch <= max_batch_,
+                 "batch of " + std::to_string(batch) + " rows; bound for up to " +
+                     std::to_string(max_batch_));
+  inputs_ = inputs;
+  const float* x = inputs;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    Layer& slot = layers_[l];
+    if (config_.dtype != cohort::DType::f32) {
+      const cohort::TensorView w = dp_->param(slot.weight);
+      const cohort::TensorView b = dp_->param(slot.bias);
+      math_->cast(w, cohort::TensorView(slot.weight32.data(), w.count(), cohort::DType::f32, w.device()));
+      math_->cast(b, cohort::TensorView(slot.bias32.data(), b.count(), cohort::DType::f32, b.device()));
+    }
+    auto* y = static_cast<float*>(slot.activation.data());
+    // y [batch, out] = x [batch, in] . W^T, W [out, in]
+    math_->gemm(Transpose::no, Transpose::yes, batch, fan_out(layer), fan_in(layer), 1.0f, x,
+                weight(l), 0.0f, y);
+    math_->bias_activation(y, bias(l), batch, fan_out(layer), l + 1 < layers_.size());
+    x = y;
+  }
+}
+
+void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_scale,
+                            double* stats, cohort::DataParallel* dp) {
+  COHORT_EXPECTS(inputs_ != nullptr, "run forward before the loss");
+  const std::size_t last = layers_.size() - 1;
+  auto* grad = static_cast<float*>(grad_a_.data());
+  auto* next = static_cast<float*>(grad_b_.data());
+  math_->softmax_cross_entropy(static_cast<const float*>(layers_[last].activation.data()), labels,
+                               batch, config_.classes, grad_scale, dp != nullptr ? grad : nullptr,
+                               stats);
+  if (dp == nullptr) return;
+  const auto rows = static_cast<std::size_t>(batch);
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    const int layer = static_cast<int>(l);
+    Layer& slot = layers_[l];
+    const float* x = l == 0 ? inputs_ : static_cast<const float*>(layers_[l - 1].activation.data());
+    const cohort::TensorView grad_w = dp->grad(slot.weight);
+    const cohort::TensorView grad_b = dp->grad(slot.bias);
+    const bool f32 = config_.dtype == cohort::DType::f32;
+    auto* dw = f32 ? static_cast<float*>(grad_w.data()) : static_cast<float*>(slot.grad_weight32.data());
+    auto* db = f32 ? static_cast<float*>(grad_b.data()) : static_cast<float*>(slot.grad_bias32.data());
+    // dW [out, in] = grad^T [out, batch] . x [batch, in]; db = column sums of grad
+    math_->gemm(Transpose::yes, Transpose::no, fan_out(layer), fan_in(layer), batch, 1.0f, grad, x,
+                0.0f, dw);
+    math_->column_sums(grad, batch, fan_out(layer), db);
+    if (!f32) {
+      math_->cast(cohort::TensorView(dw, grad_w.count(), cohort::DType::f32, grad_w.device()), grad_w);
+      math_->cast(cohort::TensorView(db, grad_b.count(), cohort::DType::f32, grad_b.device()), grad_b);
+    }
+    dp->grad_ready(slot.bias);
+    dp->grad_ready(slot.weight);
+    if (l == 0) break;
+    // grad_in [batch, in] = grad [batch, out] . W [out, in], through the previous ReLU
+    math_->gemm(Transpose::no, Transpose::no, batch, fan_in(layer), fan_out(layer), 1.0f, grad,
+                weight(l), 0.0f, next);
+    math_->relu_backward(next, static_cast<const float*>(layers_[l - 1].activation.data()),
+                         rows * static_cast<std::size_t>(fan_in(layer)));
+    std::swap(grad, next);
+  }
+}
+
+std::vector<float> Mlp::download_parameters() const {
+  COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before reading its parameters");
+  std::vector<float> values;
+  for (const Layer& slot : layers_) {
+    for (const cohort::ParamHandle handle : {slot.weight, slot.bias}) {
+      const cohort::TensorView view = dp_->param(handle);
+      const std::size_t start = values.size();
+      values.resize(start + view.count());
+      if (is_f32(view)) {
+        math_->download(values.data() + start, view.data(), view.bytes());
+      } else {
+        std::vector<cohort::bfloat16> raw(view.count());
+        math_->download(raw.data(), view.data(), view.bytes());
+        std::transform(raw.begin(), raw.end(), values.begin() + static_cast<std::ptrdiff_t>(start),
+                       [](cohort::bfloat16 value) { return static_cast<float>(value); });
+      }
+    }
+  }
+  return values;
+}
+
+}  // namespace layers

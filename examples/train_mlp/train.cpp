@@ -1,0 +1,237 @@
+#include "train.hpp"
+
+#include <layers/dataset.hpp>
+#include <layers/math.hpp>
+#include <layers/mlp.hpp>
+
+#include <cohort/core/error.hpp>
+#include <cohort/ddp/data_parallel.hpp>
+#include <cohort/optim/adamw.hpp>
+#include <cohort/optim/data_parallel_target.hpp>
+#include <cohort/optim/sgd.hpp>
+#include <cohort/optim/sharded_optimizer.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+namespace train_mlp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kFeatures = 32;
+constexpr int kClasses = 10;
+
+std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
+                                                  cohort::DataParallel& dp) {
+  const cohort::OptimizerTarget target = cohort::target_of(dp);
+  if (options.optimizer == "sgd") {
+    cohort::SgdOptions sgd;
+    sgd.lr = options.lr > 0.0f ? options.lr : 0.05f;
+    sgd.momentum = 0.9f;
+    if (options.zero1) {
+      return std::make_unique<cohort::ShardedOptimizer>(
+          target, sgd, cohort::sharded_options_of(dp));
+    }
+    return std::make_unique<cohort::Sgd>(target, sgd);
+  }
+  COHORT_EXPECTS(options.optimizer == "adamw",
+                 "--optimizer " + options.optimizer + ": use sgd or adamw");
+  cohort::AdamWOptions adamw;
+  adamw.lr = options.lr > 0.0f ? options.lr : 2e-3f;
+  adamw.weight_decay = 1e-4f;
+  if (options.zero1) {
+    return std::make_unique<cohort::ShardedOptimizer>(
+        target, adamw, cohort::sharded_options_of(dp));
+  }
+  return std::make_unique<cohort::AdamW>(target, adamw);
+}
+
+/// Sums `stats` (two doubles on the device) over the ranks and reads them.
+std::pair<double, double> reduce_stats(cohort::DataParallel& dp, layers::Math& math,
+                                       cohort::Buffer& stats) {
+  dp.comm().all_reduce(cohort::TensorView(stats.data(), 2, cohort::DType::f64, math.device()),
+                       cohort::ReduceOp::sum, math.stream());
+  double host[2] = {0.0, 0.0};
+  math.download(host, stats.data(), sizeof(host));
+  return {host[0], host[1]};
+}
+
+}  // namespace
+
+TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* log) {
+  const int ranks = world.size();
+  const int rank = world.rank();
+  COHORT_EXPECTS(options.steps > 0, "--steps must be positive");
+  COHORT_EXPECTS(options.global_batch > 0 && options.global_batch % ranks == 0,
+                 "--global-batch " + std::to_string(options.global_batch) +
+                     " must be a positive multiple of the " + std::to_string(ranks) + " ranks");
+  COHORT_EXPECTS(options.precision == "f32" || options.precision == "bf16",
+                 "--precision " + options.precision + ": use f32 or bf16");
+  COHORT_EXPECTS(options.train_samples >= options.global_batch && options.test_samples >= ranks,
+                 "the training set must hold a global batch and the test set a row per rank");
+  const int local_batch = options.global_batch / ranks;
+  if (log != nullptr && rank != 0) log = nullptr;
+
+  // This rank's shard of every global batch: rows [b G + r L, b G + (r + 1) L) of the training
+  // split for batch b, and its slice of the test split.
+  const layers::GaussianMixture data(layers::MixtureOptions{
+      .features = kFeatures, .classes = kClasses, .clusters_per_class = 4,
+      .centre_spread = 1.0f, .noise = 1.0f, .seed = options.seed});
+  const int batches = options.train_samples / options.global_batch;
+  std::vector<float> train_x, test_x;
+  std::vector<std::int32_t> train_y, test_y;
+  for (int b = 0; b < batches; ++b) {
+    data.append_rows(layers::Split::train,
+                     static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(options.global_batch) +
+                         static_cast<std::uint64_t>(rank * local_batch),
+                     static_cast<std::size_t>(local_batch), train_x, train_y);
+  }
+  const auto test_begin = static_cast<std::uint64_t>(options.test_samples) * static_cast<std::uint64_t>(rank) /
+                          static_cast<std::uint64_t>(ranks);
+  const auto test_end = static_cast<std::uint64_t>(options.test_samples) * static_cast<std::uint64_t>(rank + 1) /
+                        static_cast<std::uint64_t>(ranks);
+  data.append_rows(layers::Split::test, test_begin, test_end - test_begin, test_x, test_y);
+
+  const cohort::Stream stream = cohort::Stream::create(world.device());
+  layers::Math math(stream);
+  auto upload = [&](const auto& host) {
+    const std::size_t bytes = host.size() * sizeof(host[0]);
+    cohort::Buffer buffer = math.allocate_bytes(bytes);
+    math.upload(buffer.data(), host.data(), bytes);
+    return buffer;
+  };
+  const cohort::Buffer train_x_dev = upload(train_x), train_y_dev = upload(train_y);
+  const cohort::Buffer test_x_dev = upload(test_x), test_y_dev = upload(test_y);
+
+  cohort::ParamRegistry registry;
+  layers::Mlp model({.inputs = kFeatures, .hidden = options.hidden, .layers = options.layers,
+                     .classes = kClasses,
+                     .dtype = options.precision == "bf16" ? cohort::DType::bf16 : cohort::DType::f32},
+                    registry);
+  cohort::DataParallelOptions dp_options;
+  dp_options.bucket_bytes = options.bucket_bytes;
+  dp_options.first_bucket_bytes = options.first_bucket_bytes;
+  dp_options.gradient_sync =
+      options.zero1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
+  dp_options.init = [&](cohort::DataParallel& d) { model.initialise(d, math, options.seed); };
+  dp_options.compute_stream = stream;
+  cohort::DataParallel dp(world, registry, dp_options);
+  constexpr int kEvalBatch = 1024;
+  model.bind(dp, math, std::max(local_batch, kEvalBatch));
+  const std::unique_ptr<cohort::Optimizer> optimizer = make_optimizer(options, dp);
+  cohort::Buffer stats = math.allocate_bytes(2 * sizeof(double));
+
+  TrainResult result;
+  result.ranks = ranks;
+  result.steps = options.steps;
+  result.backend = std::string(cohort::to_string(world.backend()));
+  result.device = world.device().to_string();
+  result.parameters = model.parameter_count();
+  if (log != nullptr) {
+    std::fprintf(log,
+                 "train_mlp: %d ranks (%s, %s), %zu parameters (%d layers, hidden %d, %s), global "
+                 "batch %d (%d per rank), %s%s, %d steps\n",
+                 ranks, result.backend.c_str(), result.device.c_str(), result.parameters,
+                 options.layers, options.hidden, options.precision.c_str(), options.global_batch,
+                 local_batch, options.optimizer.c_str(), options.zero1 ? " ZeRO-1" : "",
+                 options.steps);
+    std::fflush(log);
+  }
+
+  const auto features = static_cast<std::size_t>(kFeatures);
+  const auto start = Clock::now();
+  auto window_start = start;
+  int window_steps = 0, comm_samples = 0;
+  for (int step = 0; step < options.steps; ++step) {
+    const auto row = static_cast<std::size_t>(step % batches) * static_cast<std::size_t>(local_batch);
+    math.zero(stats.data(), 2 * sizeof(double));
+    model.forward(static_cast<const float*>(train_x_dev.data()) + row * features, local_batch);
+    model.loss_and_backward(static_cast<const std::int32_t*>(train_y_dev.data()) + row,
+                            local_batch, 1.0f / static_cast<float>(local_batch),
+                            static_cast<double*>(stats.data()), &dp);
+    dp.sync_grads();
+    optimizer->step();
+    ++window_steps;
+    const bool last = step + 1 == options.steps;
+    if (last || (options.log_every > 0 && (step + 1) % options.log_every == 0)) {
+      const cohort::StepStats step_stats = dp.last_step_stats();
+      result.comm_ms += step_stats.comm_ms;
+      result.exposed_ms += step_stats.exposed_ms;
+      ++comm_samples;
+      const auto [loss_sum, correct] = reduce_stats(dp, math, stats);
+      const auto now = Clock::now();
+      const double window_seconds = std::chrono::duration<double>(now - window_start).count();
+      result.final_loss = loss_sum / options.global_batch;
+      result.final_train_accuracy = correct / options.global_batch;
+      if (log != nullptr) {
+        std::fprintf(log, "step %5d  loss %.4f  accuracy %.3f  samples/s %.0f\n", step + 1,
+                     result.final_loss, result.final_train_accuracy,
+                     window_steps * options.global_batch / window_seconds);
+        std::fflush(log);
+      }
+      window_start = now;
+      window_steps = 0;
+    }
+  }
+  stream.synchronize();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.samples_per_second = options.steps * static_cast<double>(options.global_batch) / result.seconds;
+  result.comm_ms /= std::max(comm_samples, 1);
+  result.exposed_ms /= std::max(comm_samples, 1);
+
+  // Test accuracy: each rank scores its slice; the counts are summed.
+  math.zero(stats.data(), 2 * sizeof(double));
+  const auto test_rows = static_cast<int>(test_y.size());
+  for (int first = 0; first < test_rows; first += kEvalBatch) {
+    const int rows = std::min(kEvalBatch, test_rows - first);
+    model.forward(static_cast<const float*>(test_x_dev.data()) + static_cast<std::size_t>(first) * features,
+                  rows);
+    model.loss_and_backward(static_cast<const std::int32_t*>(test_y_dev.data()) + first, rows, 0.0f,
+                            static_cast<double*>(stats.data()), nullptr);
+  }
+  result.test_accuracy = reduce_stats(dp, math, stats).second / options.test_samples;
+
+  result.params = model.download_parameters();
+  for (const float value : result.params) {
+    result.param_checksum += static_cast<double>(value);
+    result.param_abs_sum += std::abs(static_cast<double>(value));
+  }
+  if (log != nullptr) {
+    std::fprintf(log,
+                 "train_mlp: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
+                 "samples/s, param checksum %.6f; gradient all-reduce %.3f ms/step, exposed %.3f ms\n",
+                 result.final_loss, result.test_accuracy, options.test_samples, result.seconds,
+                 result.samples_per_second, result.param_checksum, result.comm_ms, result.exposed_ms);
+    std::fflush(log);
+  }
+  return result;
+}
+
+nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
+  nlohmann::json out;
+  out["ranks"] = result.ranks;
+  out["steps"] = result.steps;
+  out["backend"] = result.backend;
+  out["device"] = result.device;
+  out["final_loss"] = result.final_loss;
+  out["final_train_accuracy"] = result.final_train_accuracy;
+  out["test_accuracy"] = result.test_accuracy;
+  out["param_checksum"] = result.param_checksum;
+  out["param_abs_sum"] = result.param_abs_sum;
+  out["parameters"] = result.parameters;
+  out["seconds"] = result.seconds;
+  out["samples_per_second"] = result.samples_per_second;
+  out["comm_ms_per_step"] = result.comm_ms;
+  out["exposed_comm_ms_per_step"] = result.exposed_ms;
+  out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
+                    {"hidden", options.hidden},             {"layers", options.layers},
+                    {"optimizer", options.optimizer},       {"lr", options.lr},
+                    {"zero1", options.zero1},               {"precision", options.precision},
+                    {"train_samples", options.train_samples}, {"test_samples", options.test_samples}};
+  return out;
+}
+
+}  // namespace train_mlp

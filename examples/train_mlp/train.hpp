@@ -1,0 +1,61 @@
+#pragma once
+
+// The training loop of examples/train_mlp, as a function of the world, so that the example's
+// main and the tests run the same code.
+
+#include <cohort/comm/world.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace train_mlp {
+
+struct TrainOptions {
+  int steps = 300;
+  int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
+  std::uint64_t seed = 1;
+  int hidden = 256;
+  int layers = 3;            ///< linear layers
+  std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
+  float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
+  bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
+  std::string precision = "f32";  ///< f32, or bf16 parameters and gradients (f32 math and master weights)
+  int log_every = 50;        ///< progress line every this many steps (0: none)
+  int train_samples = 32768;
+  int test_samples = 8192;
+  std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
+  std::size_t first_bucket_bytes = std::size_t{32} << 10;
+};
+
+struct TrainResult {
+  int ranks = 0;
+  int steps = 0;
+  std::string backend;
+  std::string device;
+  double final_loss = 0.0;            ///< mean loss of the last step's global batch
+  double final_train_accuracy = 0.0;  ///< accuracy on the last step's global batch
+  double test_accuracy = 0.0;
+  double param_checksum = 0.0;        ///< sum of every parameter, as a double
+  double param_abs_sum = 0.0;         ///< sum of |parameter|, the checksum's scale
+  std::size_t parameters = 0;
+  double seconds = 0.0;               ///< the training loop, wall clock
+  double samples_per_second = 0.0;
+  double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
+  double exposed_ms = 0.0;  ///< of which not hidden behind backward
+  std::vector<float> params;  ///< every parameter in f32, registration order
+};
+
+/// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
+/// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns
+/// the same result.
+/// @throws cohort::InvalidArgument for options out of range.
+TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* log);
+
+/// The result and options as the example's --json writes them.
+nlohmann::json to_json(const TrainResult& result, const TrainOptions& options);
+
+}  // namespace train_mlp

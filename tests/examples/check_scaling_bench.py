@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Runs scaling_bench on 2 host ranks and checks its JSON report and its PNG plot.
+
+    check_scaling_bench.py SCALING_BENCH OUTPUT_DIR
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+
+def main(bench, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    report_path = os.path.join(out_dir, "scaling.json")
+    plot_path = os.path.join(out_dir, "scaling.png")
+    for path in (report_path, plot_path):
+        if os.path.exists(path):
+            os.remove(path)
+    command = [bench, "--ranks", "2", "--steps", "5", "--warmup", "1", "--json", report_path,
+               "--plot", plot_path]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=150)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    assert result.returncode == 0, "scaling_bench exited with %d" % result.returncode
+    assert "SIMULATED" in result.stdout, "host compute must be reported as simulated"
+
+    with open(report_path) as handle:
+        report = json.load(handle)
+    assert report["workload"] == "mlp" and report["ranks"] == 2 and report["compute"] == "simulated"
+    rows = report["rows"]
+    assert [row["ranks"] for row in rows] == [1, 2], rows
+    for row in rows:
+        for key in ("step_ms", "throughput", "efficiency", "comm_ms", "exposed_comm_ms", "overlap",
+                    "busbw_gbps", "lost_exposed_comm", "lost_imbalance", "lost_overhead"):
+            assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row)
+        assert row["step_ms"] > 0 and row["throughput"] > 0
+    assert abs(rows[0]["efficiency"] - 1.0) < 1e-9
+    two = rows[1]
+    assert 0.0 < two["efficiency"] <= 1.2, two
+    assert two["comm_ms"] > 0 and two["busbw_gbps"] > 0 and two["bytes_per_step"] > 0, two
+    assert 0.0 <= two["overlap"] <= 1.0, two
+    # The lost fraction is split exactly three ways.
+    parts = two["lost_exposed_comm"] + two["lost_imbalance"] + two["lost_overhead"]
+    assert abs(parts - two["lost"]) < 1e-9, two
+    projected = report["projection"]["rows"]
+    assert [p["ranks"] for p in projected] == [8, 64], projected
+    assert all(0.0 < p["efficiency"] <= 1.0 for p in projected), projected
+
+    with open(plot_path, "rb") as handle:
+        png = handle.read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert len(png) > 10000, "PNG of %d bytes" % len(png)
+    print("scaling_bench report and plot OK")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
