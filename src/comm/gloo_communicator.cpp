@@ -375,7 +375,7 @@ void GlooCommunicator::run(const Call& call, const Stream& stream,
     }
   });
   // Later work on the caller's stream runs after the collective, and fails if it failed.
-  stream.enqueue([work] {
+  stream.enqueue_wait([work] {
     work->wait_until(WorkState::Clock::time_point::max());
     work->rethrow_if_failed();
   });

@@ -86,12 +86,16 @@ class HostStream final : public StreamImpl {
   Device device() const noexcept override { return Device::host(); }
 
   void enqueue(std::function<void()> task) override {
-    push(Task{std::move(task), nullptr});
+    push(Task{std::move(task), nullptr, false});
+  }
+
+  void enqueue_wait(std::function<void()> wait) override {
+    push(Task{std::move(wait), nullptr, true});
   }
 
   /// A task that runs even after the stream has failed, given the stream's error (or null).
   void enqueue_marker(std::function<void(std::exception_ptr)> marker) {
-    push(Task{nullptr, std::move(marker)});
+    push(Task{nullptr, std::move(marker), false});
   }
 
   void wait(EventImpl& event) override {
@@ -102,15 +106,27 @@ class HostStream final : public StreamImpl {
     if (generation == 0) {
       return;
     }
-    enqueue([event_state = host_event->shared_from_this(), generation] {
+    enqueue_wait([event_state = host_event->shared_from_this(), generation] {
       event_state->wait_for(generation);
     });
   }
 
+  // Note [Waits run by the synchronizing thread]
+  // A task that only waits for something outside the stream (an event, a collective) may run on
+  // the thread that calls synchronize() when it reaches the front of the queue with the worker
+  // idle: the caller would block anyway, and this saves two thread hand-offs per collective
+  // (worker wakes, waits, wakes the caller), which dominate small collectives on a busy host.
+  // `busy_` keeps the worker and the synchronizing thread from running tasks at the same time.
   void synchronize() override {
     std::unique_lock<std::mutex> lock(mutex_);
     const std::uint64_t target = enqueued_;
-    finished_.wait(lock, [&] { return completed_ >= target; });
+    while (completed_ < target) {
+      if (!busy_ && !queue_.empty() && queue_.front().waits_only) {
+        execute_front(lock);
+        continue;
+      }
+      finished_.wait(lock);
+    }
     if (error_) {
       std::rethrow_exception(error_);
     }
@@ -127,6 +143,7 @@ class HostStream final : public StreamImpl {
   struct Task {
     std::function<void()> work;                       // skipped once the stream has failed
     std::function<void(std::exception_ptr)> marker;  // always runs
+    bool waits_only = false;  // Note [Waits run by the synchronizing thread]
   };
 
   void push(Task task) {
@@ -141,32 +158,41 @@ class HostStream final : public StreamImpl {
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
-      work_available_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      work_available_.wait(lock, [&] { return !busy_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) {
         return;  // stopping, and every task has run
       }
-      Task task = std::move(queue_.front());
-      queue_.pop_front();
-      const std::exception_ptr stream_error = error_;
-      lock.unlock();
-      std::exception_ptr error;
-      if (task.marker) {
-        task.marker(stream_error);
-      } else if (!stream_error) {
-        try {
-          task.work();
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      task = Task{};  // release captures outside the lock
-      lock.lock();
-      if (error && !error_) {
-        error_ = error;
-      }
-      ++completed_;
-      finished_.notify_all();
+      execute_front(lock);
     }
+  }
+
+  /// Runs the task at the front of the queue on the calling thread; `lock` is held on entry and
+  /// on return, released while the task runs.
+  void execute_front(std::unique_lock<std::mutex>& lock) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    const std::exception_ptr stream_error = error_;
+    lock.unlock();
+    std::exception_ptr error;
+    if (task.marker) {
+      task.marker(stream_error);
+    } else if (!stream_error) {
+      try {
+        task.work();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    task = Task{};  // release captures outside the lock
+    lock.lock();
+    if (error && !error_) {
+      error_ = error;
+    }
+    busy_ = false;
+    ++completed_;
+    finished_.notify_all();
+    work_available_.notify_one();
   }
 
   std::mutex mutex_;
@@ -177,6 +203,7 @@ class HostStream final : public StreamImpl {
   std::uint64_t completed_ = 0;
   std::exception_ptr error_;
   bool stopping_ = false;
+  bool busy_ = false;  // a task is running, on the worker or on a synchronizing thread
   std::thread worker_;  // last: starts after the state it uses exists
 };
 
@@ -246,6 +273,9 @@ Stream Stream::wrap_cuda(Device device, void* cuda_stream) {
 
 Device Stream::device() const noexcept { return impl_->device(); }
 void Stream::enqueue(std::function<void()> task) const { impl_->enqueue(std::move(task)); }
+void Stream::enqueue_wait(std::function<void()> wait) const {
+  impl_->enqueue_wait(std::move(wait));
+}
 void Stream::wait(const Event& event) const { impl_->wait(*event.impl_); }
 void Stream::synchronize() const { impl_->synchronize(); }
 bool Stream::ready() const { return impl_->ready(); }

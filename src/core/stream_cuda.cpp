@@ -54,6 +54,8 @@ class CudaStream final : public StreamImpl {
     }
   }
 
+  void enqueue_wait(std::function<void()> wait) override { enqueue(std::move(wait)); }
+
   void wait(EventImpl& event) override;
 
   void synchronize() override { COHORT_CUDA_TRY(cudaStreamSynchronize(stream_)); }

@@ -17,6 +17,7 @@ class StreamImpl {
   virtual ~StreamImpl() = default;
   virtual Device device() const noexcept = 0;
   virtual void enqueue(std::function<void()> task) = 0;
+  virtual void enqueue_wait(std::function<void()> wait) = 0;
   virtual void wait(EventImpl& event) = 0;
   virtual void synchronize() = 0;
   virtual bool ready() = 0;

@@ -44,6 +44,11 @@ class Stream {
   /// `synchronize()` rethrows the first error.
   void enqueue(std::function<void()> task) const;
 
+  /// Enqueues a task that only waits for something outside this stream (and may throw to fail
+  /// the stream). On the host it may run on a thread blocked in `synchronize()` instead of the
+  /// stream's worker, saving two thread hand-offs; it must not touch what other tasks own.
+  void enqueue_wait(std::function<void()> wait) const;
+
   /// Makes work enqueued on this stream from now on wait until `event` has completed, without
   /// blocking the calling thread.
   /// @throws InvalidArgument when the event belongs to another kind of device.
