@@ -119,6 +119,35 @@ TEST(HostStream, AFailedStreamStillCompletesItsEventsWithTheError) {
   EXPECT_TRUE(event.ready());
 }
 
+TEST(HostStream, WaitTasksKeepTheirPlaceWhoeverRunsThem) {
+  // A wait-only task may run on the synchronizing thread or on the worker; either way it runs
+  // after what was enqueued before it and before what comes after it, and never alongside.
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  std::vector<int> order;
+  std::atomic<int> running{0};
+  std::atomic<bool> overlapped{false};
+  auto step = [&](int value) {
+    if (running.fetch_add(1) != 0) overlapped = true;
+    order.push_back(value);
+    running.fetch_sub(1);
+  };
+  for (int round = 0; round < 500; ++round) {
+    stream.enqueue([&, round] { step(3 * round); });
+    stream.enqueue_wait([&, round] { step(3 * round + 1); });
+    if (round % 2 == 0) stream.synchronize();
+    stream.enqueue([&, round] { step(3 * round + 2); });
+  }
+  stream.synchronize();
+  ASSERT_EQ(order.size(), 1500u);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    ASSERT_EQ(order[i], static_cast<int>(i));
+  }
+  EXPECT_FALSE(overlapped);
+  // A wait that throws fails the stream like any task.
+  stream.enqueue_wait([] { throw std::runtime_error("peer failed"); });
+  EXPECT_THROW(stream.synchronize(), std::runtime_error);
+}
+
 TEST(HostStream, TimingEventsMeasureElapsedTime) {
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   cohort::Event start = cohort::Event::create(cohort::Device::host(), true);
