@@ -49,6 +49,12 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
     return recorded_;
   }
 
+  /// Whether `generation` has completed without an error: nothing left to wait for.
+  bool completed_cleanly(std::uint64_t generation) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= generation && !error_;
+  }
+
   /// Waits until `generation` has completed; rethrows the error of the stream it was recorded
   /// on, if that stream had failed by then.
   void wait_for(std::uint64_t generation) {
@@ -94,8 +100,21 @@ class HostStream final : public StreamImpl {
   }
 
   /// A task that runs even after the stream has failed, given the stream's error (or null).
+  /// When the stream is idle the point it marks is reached already, and it runs at once, on the
+  /// calling thread.
   void enqueue_marker(std::function<void(std::exception_ptr)> marker) {
-    push(Task{nullptr, std::move(marker), false});
+    std::exception_ptr error;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!queue_.empty() || busy_) {
+        queue_.push_back(Task{nullptr, std::move(marker), false});
+        ++enqueued_;
+        work_available_.notify_one();
+        return;
+      }
+      error = error_;
+    }
+    marker(error);
   }
 
   void wait(EventImpl& event) override {
@@ -103,8 +122,8 @@ class HostStream final : public StreamImpl {
     COHORT_EXPECTS(host_event != nullptr, "a host stream cannot wait on an event of " +
                                               event.device().to_string());
     const std::uint64_t generation = host_event->recorded_generation();
-    if (generation == 0) {
-      return;
+    if (generation == 0 || host_event->completed_cleanly(generation)) {
+      return;  // already there: waiting would only cost a task
     }
     enqueue_wait([event_state = host_event->shared_from_this(), generation] {
       event_state->wait_for(generation);
