@@ -373,8 +373,8 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
   context.issued.store(record.sequence);
   context.recorder->issued(record, now);
   auto work = std::make_shared<detail::WorkState>(record, now + context.timeout, context.recorder);
-  context.track(work);
-  run(call, stream, work);
+  run(call, stream, work);  // sets a completion probe, if the backend has one, before...
+  context.track(work);      // ...the watchdog can see the work
   return Work(work);
 }
 

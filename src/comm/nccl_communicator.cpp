@@ -6,6 +6,7 @@
 #include <cohort/core/logging.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/detail/cuda_check.hpp>
+#include <cohort/detail/cuda_device_scope.hpp>
 #include <cohort/detail/nccl_check.hpp>
 
 #include <cuda_runtime_api.h>
@@ -61,14 +62,26 @@ ncclRedOp_t to_nccl(ReduceOp op) {
 }
 
 /// Polls a non-blocking communicator until its pending call settles or `deadline` passes.
-/// Returns the settled result, or ncclInProgress at the deadline.
-ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline) {
+/// Returns the settled result, or ncclInProgress at the deadline. With `mutex`, each poll holds
+/// it and nothing else does, so the watchdog's abort can come in between (Note [NCCL
+/// communicators]); `aborted` (read under the mutex) ends the wait with ncclRemoteError.
+ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline, std::mutex* mutex = nullptr,
+                    const bool* aborted = nullptr) {
   ncclResult_t state = ncclInProgress;
   auto pause = std::chrono::microseconds(10);
   while (true) {
-    const ncclResult_t polled = ncclCommGetAsyncError(comm, &state);
-    if (polled != ncclSuccess) {
-      return polled;
+    {
+      std::unique_lock<std::mutex> lock;
+      if (mutex != nullptr) {
+        lock = std::unique_lock<std::mutex>(*mutex);
+        if (aborted != nullptr && *aborted) {
+          return ncclRemoteError;
+        }
+      }
+      const ncclResult_t polled = ncclCommGetAsyncError(comm, &state);
+      if (polled != ncclSuccess) {
+        return polled;
+      }
     }
     if (state != ncclInProgress || Clock::now() >= deadline) {
       return state;
@@ -179,28 +192,33 @@ void NcclCommunicator::install() {
 
 NcclCommunicator::~NcclCommunicator() {
   context().set_backend_abort(nullptr);
-  const std::lock_guard<std::mutex> lock(handle_->mutex);
+  {
+    const std::lock_guard<std::mutex> lock(handle_->mutex);
+    if (handle_->comm != nullptr && !handle_->aborted) {
+      // Finalize flushes outstanding work; destroy is an intra-node collective, so the World
+      // destroys its communicators in the same order on every rank.
+      const auto deadline = Clock::now() + context().timeout;
+      ncclResult_t result = ncclCommFinalize(handle_->comm);
+      if (result == ncclSuccess || result == ncclInProgress) {
+        result = settle(handle_->comm, deadline);
+      }
+      if (result != ncclSuccess) {
+        COHORT_LOG(warn) << "finalizing " << context().describe() << " failed ("
+                         << ncclGetErrorString(result) << "); aborting it instead";
+        (void)ncclCommAbort(handle_->comm);
+      } else if (ncclCommDestroy(handle_->comm) != ncclSuccess) {
+        COHORT_LOG(warn) << "ncclCommDestroy failed for " << context().describe();
+      }
+    }
+    // Probes still held by unfinished works must not touch the communicator any more.
+    handle_->comm = nullptr;
+    handle_->aborted = true;
+  }
+  // Only now: cudaFree synchronizes the device, which would wait for ever on a kernel stuck on a
+  // dead peer if the communicator had not been finalized or aborted first.
   if (handle_->scratch != nullptr) {
+    const CudaDeviceScope scope(handle_->device.index());
     COHORT_CUDA_CHECK_NOEXCEPT(cudaFree(handle_->scratch));
-  }
-  if (handle_->comm == nullptr || handle_->aborted) {
-    return;
-  }
-  // Finalize flushes outstanding work; destroy is an intra-node collective, so the World
-  // destroys its communicators in the same order on every rank.
-  const auto deadline = Clock::now() + context().timeout;
-  ncclResult_t result = ncclCommFinalize(handle_->comm);
-  if (result == ncclSuccess || result == ncclInProgress) {
-    result = settle(handle_->comm, deadline);
-  }
-  if (result != ncclSuccess) {
-    COHORT_LOG(warn) << "finalizing " << context().describe() << " failed ("
-                     << ncclGetErrorString(result) << "); aborting it instead";
-    (void)ncclCommAbort(handle_->comm);
-    return;
-  }
-  if (ncclCommDestroy(handle_->comm) != ncclSuccess) {
-    COHORT_LOG(warn) << "ncclCommDestroy failed for " << context().describe();
   }
 }
 
@@ -210,100 +228,120 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
   CommContext& ctx = context();
   auto cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
-  const std::lock_guard<std::mutex> lock(handle_->mutex);
-  COHORT_CHECK(!handle_->aborted, Error,
-               ctx.describe() + " was aborted: " + ctx.abort_reason());
-  bind_cuda_device(ctx.device);
+  const CudaDeviceScope scope(ctx.device.index());
   const ncclDataType_t dtype = to_nccl(call.input.dtype());
   ncclResult_t result = ncclSuccess;
   const char* name = "";
-  switch (call.op) {
-    case CollectiveOp::all_reduce:
-      name = "ncclAllReduce";
-      result = ncclAllReduce(call.input.data(), call.output.data(), call.output.count(), dtype,
-                             to_nccl(call.reduce), handle_->comm, cuda_stream);
-      break;
-    case CollectiveOp::reduce_scatter:
-      name = "ncclReduceScatter";
-      result = ncclReduceScatter(call.input.data(), call.output.data(), call.output.count(),
-                                 dtype, to_nccl(call.reduce), handle_->comm, cuda_stream);
-      break;
-    case CollectiveOp::all_gather:
-      name = "ncclAllGather";
-      result = ncclAllGather(call.input.data(), call.output.data(), call.input.count(), dtype,
-                             handle_->comm, cuda_stream);
-      break;
-    case CollectiveOp::broadcast:
-      name = "ncclBroadcast";
-      result = ncclBroadcast(call.output.data(), call.output.data(), call.output.count(), dtype,
-                             call.root, handle_->comm, cuda_stream);
-      break;
-    case CollectiveOp::barrier:
-      name = "ncclAllReduce (barrier)";
-      result = ncclAllReduce(handle_->scratch, handle_->scratch, 1, ncclFloat32, ncclSum,
-                             handle_->comm, cuda_stream);
-      break;
+  {
+    const std::lock_guard<std::mutex> lock(handle_->mutex);
+    COHORT_CHECK(!handle_->aborted, Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
+    switch (call.op) {
+      case CollectiveOp::all_reduce:
+        name = "ncclAllReduce";
+        result = ncclAllReduce(call.input.data(), call.output.data(), call.output.count(), dtype,
+                               to_nccl(call.reduce), handle_->comm, cuda_stream);
+        break;
+      case CollectiveOp::reduce_scatter:
+        name = "ncclReduceScatter";
+        result = ncclReduceScatter(call.input.data(), call.output.data(), call.output.count(),
+                                   dtype, to_nccl(call.reduce), handle_->comm, cuda_stream);
+        break;
+      case CollectiveOp::all_gather:
+        name = "ncclAllGather";
+        result = ncclAllGather(call.input.data(), call.output.data(), call.input.count(), dtype,
+                               handle_->comm, cuda_stream);
+        break;
+      case CollectiveOp::broadcast:
+        name = "ncclBroadcast";
+        result = ncclBroadcast(call.output.data(), call.output.data(), call.output.count(), dtype,
+                               call.root, handle_->comm, cuda_stream);
+        break;
+      case CollectiveOp::barrier:
+        name = "ncclAllReduce (barrier)";
+        result = ncclAllReduce(handle_->scratch, handle_->scratch, 1, ncclFloat32, ncclSum,
+                               handle_->comm, cuda_stream);
+        break;
+    }
   }
   if (result == ncclInProgress) {
-    // Non-blocking: the enqueue itself may still be settling. Short: it does not wait for peers.
-    result = settle(handle_->comm, Clock::now() + ctx.timeout);
+    // Non-blocking: the enqueue itself may still be settling; poll without holding the lock
+    // between polls, so an abort can come in.
+    result = settle(handle_->comm, Clock::now() + ctx.timeout, &handle_->mutex, &handle_->aborted);
+  }
+  if (result == ncclInvalidArgument) {
+    // NCCL: the call had no effect and the communicator is still usable.
+    COHORT_FAIL(InvalidArgument, ctx.describe() + ": " +
+                                     describe_nccl_error(name, result, handle_->comm));
   }
   if (result != ncclSuccess) {
-    const std::string cause = describe_nccl_error(name, result, handle_->comm);
-    handle_->mutex.unlock();
-    fail_collective(ctx, *work, /*timed_out=*/false, cause);
-    handle_->mutex.lock();
+    fail_collective(ctx, *work, /*timed_out=*/false,
+                    describe_nccl_error(name, result, handle_->comm));
     work->rethrow_if_failed();
     return;
   }
-  // Completion is an event after the kernel; the watchdog and Work::done poll it, and also poll
-  // the communicator for asynchronous (network) errors.
+  // Completion is an event after the kernel; the watchdog and Work::done poll it, and the
+  // communicator for asynchronous (network) errors. The probe only reports: it fails the work
+  // through fail_collective, which never polls probes (WorkState::finished), and no caller of a
+  // probe holds the context's lock (CommContext::in_flight).
   auto done = std::make_shared<Event>(Event::create(ctx.device));
   done->record(stream);
-  work->set_completion_probe([done, handle = handle_, context = shared_context(), work_ptr =
-                                                                                     work.get()] {
-    if (done->ready()) {
-      return true;
-    }
-    ncclResult_t async = ncclSuccess;
-    {
-      const std::lock_guard<std::mutex> probe_lock(handle->mutex);
-      if (!handle->aborted) {
-        (void)ncclCommGetAsyncError(handle->comm, &async);
-      }
-    }
-    if (async != ncclSuccess && async != ncclInProgress) {
-      fail_collective(*context, *work_ptr, /*timed_out=*/false,
-                      describe_nccl_error("asynchronous NCCL error", async, handle->comm));
-    }
-    return false;
-  });
+  work->set_completion_probe(
+      [done, handle = handle_, context = shared_context(), work_ptr = work.get()] {
+        if (done->ready()) {
+          return true;
+        }
+        ncclResult_t async = ncclSuccess;
+        {
+          const std::lock_guard<std::mutex> probe_lock(handle->mutex);
+          if (handle->comm == nullptr || handle->aborted) {
+            return false;  // the abort fails the work; nothing more to ask NCCL
+          }
+          (void)ncclCommGetAsyncError(handle->comm, &async);
+        }
+        if (async != ncclSuccess && async != ncclInProgress) {
+          fail_collective(*context, *work_ptr, /*timed_out=*/false,
+                          describe_nccl_error("asynchronous NCCL error", async, nullptr));
+          return true;
+        }
+        return false;
+      });
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std::string name) {
   CommContext& parent = context();
   const SplitPlan plan = plan_split(parent, color, key);
-  // ncclCommSplit is collective over the parent: every rank calls it, NOCOLOR included.
-  ncclComm_t child_comm = nullptr;
+  // ncclCommSplit is collective over the parent: every rank calls it, NOCOLOR included. NCCL
+  // writes the child into *slot when its asynchronous job ends, which can be after a timeout
+  // here: the slot is on the heap and, in that case, deliberately left to NCCL.
+  auto* slot = new ncclComm_t(nullptr);
   ncclConfig_t config = nonblocking_config();
+  const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank)) +
+                           ": splitting " + parent.describe();
+  ncclResult_t result = ncclSuccess;
   {
-    const std::lock_guard<std::mutex> lock(handle_->mutex);
-    bind_cuda_device(parent.device);
-    const ncclResult_t started =
-        ncclCommSplit(handle_->comm, plan.member ? color : NCCL_SPLIT_NOCOLOR, key, &child_comm,
-                      &config);
-    ncclResult_t result = started;
-    if (started == ncclInProgress || started == ncclSuccess) {
-      result = settle(handle_->comm, Clock::now() + parent.timeout);
-      if (result == ncclSuccess && child_comm != nullptr) {
-        result = settle(child_comm, Clock::now() + parent.timeout);
+    const CudaDeviceScope scope(parent.device.index());
+    {
+      const std::lock_guard<std::mutex> lock(handle_->mutex);
+      COHORT_CHECK(!handle_->aborted, Error, parent.describe() + " was aborted");
+      result = ncclCommSplit(handle_->comm, plan.member ? color : NCCL_SPLIT_NOCOLOR, key, slot,
+                             &config);
+    }
+    const auto deadline = Clock::now() + parent.timeout;
+    if (result == ncclInProgress || result == ncclSuccess) {
+      result = settle(handle_->comm, deadline, &handle_->mutex, &handle_->aborted);
+      if (result == ncclSuccess && *slot != nullptr) {
+        result = settle(*slot, deadline);
       }
     }
-    check_settled(result, "ncclCommSplit", handle_->comm,
-                  "rank " + std::to_string(parent.global_rank(parent.rank)) + ": splitting " +
-                      parent.describe(),
-                  parent.timeout);
   }
+  if (result != ncclSuccess) {
+    // The parent has a split in flight that may never end: abort it (every rank must, and the
+    // failure reaches the others through the watchdog), and leave the slot to NCCL.
+    parent.abort(what + " failed");
+    check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout);
+  }
+  ncclComm_t child_comm = *slot;
+  delete slot;
   if (!plan.member) {
     return nullptr;
   }

@@ -72,14 +72,22 @@ std::string CommContext::abort_reason() const {
 
 void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
   works_.push_back(work);
 }
 
 std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
+  // A work's probe may fail it and abort this context (NCCL's asynchronous errors), which takes
+  // this mutex: poll outside it.
+  std::vector<std::shared_ptr<WorkState>> works;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    works = works_;
+  }
+  std::erase_if(works, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
   const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
-  return works_;
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+  return works;
 }
 
 void CommContext::fail_in_flight(const std::exception_ptr& error) {
@@ -185,7 +193,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                      const std::string& cause) noexcept {
   try {
-    if (work.done()) {
+    if (work.finished()) {  // not done(): that would poll a probe, which may be our caller
       return;
     }
     publish_progress(context);

@@ -44,6 +44,11 @@ bool WorkState::fail(std::exception_ptr error) {
   return true;
 }
 
+bool WorkState::finished() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
 bool WorkState::done() {
   {
     const std::lock_guard<std::mutex> lock(mutex_);

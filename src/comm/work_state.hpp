@@ -38,6 +38,8 @@ class WorkState {
 
   /// Whether finished, polling the probe if any.
   bool done();
+  /// Whether finished, without polling: what is known now. Safe under any lock.
+  bool finished();
   /// Blocks until finished or `until`; returns whether finished. Polls the probe when set.
   bool wait_until(Clock::time_point until);
   /// Rethrows the failure, if any.

@@ -113,6 +113,9 @@ class CudaEvent final : public EventImpl {
     COHORT_EXPECTS(dynamic_cast<CudaEvent*>(&start) != nullptr,
                    "elapsed_ms needs two events of the same kind of device");
     float milliseconds = 0.0f;
+    // cudaEventElapsedTime answers cudaErrorNotReady for events still pending: wait for both.
+    COHORT_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(start.native_handle())));
+    COHORT_CUDA_TRY(cudaEventSynchronize(event_));
     COHORT_CUDA_TRY(cudaEventElapsedTime(
         &milliseconds, static_cast<cudaEvent_t>(start.native_handle()), event_));
     return milliseconds;

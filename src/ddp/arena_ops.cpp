@@ -3,6 +3,10 @@
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 
+#if COHORT_WITH_CUDA
+#include <cohort/detail/cuda_device_scope.hpp>
+#endif
+
 #include <cstring>
 
 namespace cohort::detail {
@@ -48,6 +52,7 @@ void fill_zero(TensorView data, const Stream& stream) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const CudaDeviceScope scope(stream.device().index());  // the stream's device, on any thread
   cuda_fill_zero(data.data(), data.bytes(), stream.native_handle());
 #else
   COHORT_FAIL(InvalidArgument, "cannot fill memory on " + stream.device().to_string() +
@@ -70,6 +75,7 @@ void convert(TensorView input, TensorView output, const Stream& stream) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const CudaDeviceScope scope(stream.device().index());
   cuda_convert(input.data(), input.dtype(), output.data(), output.dtype(), input.count(),
                stream.native_handle());
 #else

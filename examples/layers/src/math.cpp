@@ -101,7 +101,8 @@ cohort::Buffer Math::allocate_bytes(std::size_t bytes, cohort::MemoryCategory ca
     std::memset(buffer.data(), 0, buffer.size_bytes());
   } else {
 #if COHORT_WITH_CUDA
-    cuda_try(cudaMemset(buffer.data(), 0, buffer.size_bytes()), "cudaMemset");
+    cuda_try(cudaMemsetAsync(buffer.data(), 0, buffer.size_bytes(), cuda_->stream),
+             "cudaMemsetAsync");  // on this stream: later copies on it come after
 #endif
   }
   return buffer;
