@@ -3,6 +3,8 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 
+#include "support/test_helpers.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,8 @@
 namespace {
 
 using ::testing::HasSubstr;
+using cohort_test::from_double;
+using cohort_test::to_double;
 
 constexpr std::size_t kCounts[] = {0, 1, 1001, 65537};
 constexpr cohort::ReduceOp kOps[] = {cohort::ReduceOp::sum, cohort::ReduceOp::avg,
@@ -43,24 +47,6 @@ double expected(cohort::ReduceOp op, int ranks, std::size_t i, bool integer) {
     case cohort::ReduceOp::max: return ranks + k;
   }
   return 0;
-}
-
-template <typename T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(value));
-  } else {
-    return static_cast<T>(value);
-  }
-}
-
-template <typename T>
-double to_double(T value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(value));
-  } else {
-    return static_cast<double>(value);
-  }
 }
 
 template <typename T>

@@ -6,6 +6,8 @@
 #include <cohort/launch/store.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
+#include "support/test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -26,49 +28,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using cohort_test::contains;
+using cohort_test::elapsed_since;
+using cohort_test::message_of;
+using cohort_test::spawn;
 using std::chrono::milliseconds;
 
 // Long enough that a passing run never meets it, short enough that a hang fails fast.
 constexpr Milliseconds kStoreTimeout = std::chrono::seconds(10);
 // For the tests that expect a timeout.
 constexpr Milliseconds kShortTimeout{150};
-
-Milliseconds elapsed_since(Clock::time_point start) {
-  return std::chrono::duration_cast<Milliseconds>(Clock::now() - start);
-}
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
-}
-
-/// The message of the `E` that `action` throws; a test failure when it throws nothing or another
-/// type.
-template <typename E, typename Action>
-std::string message_of(Action&& action) {
-  try {
-    action();
-  } catch (const E& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "threw another exception: " << error.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
-
-/// Starts `body` on a new thread; an exception there fails the test instead of ending the process.
-template <typename Body>
-std::thread spawn(Body body) {
-  return std::thread([body = std::move(body)]() mutable {
-    try {
-      body();
-    } catch (const std::exception& error) {
-      ADD_FAILURE() << "a test thread threw: " << error.what();
-    }
-  });
-}
 
 /// A fresh folder under the system's temporary directory, removed afterwards.
 class TemporaryFolder {

@@ -4,6 +4,8 @@
 #include <cohort/core/error.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
+#include "support/test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -25,44 +27,13 @@ namespace cohort {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort_test::contains;
+using cohort_test::elapsed_since;
+using cohort_test::message_of;
+using cohort_test::spawn;
 using std::chrono::milliseconds;
 
 constexpr Milliseconds kStoreTimeout = std::chrono::seconds(10);
-
-Milliseconds elapsed_since(Clock::time_point start) {
-  return std::chrono::duration_cast<Milliseconds>(Clock::now() - start);
-}
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
-}
-
-template <typename E, typename Action>
-std::string message_of(Action&& action) {
-  try {
-    action();
-  } catch (const E& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "threw another exception: " << error.what();
-    return {};
-  }
-  ADD_FAILURE() << "threw nothing";
-  return {};
-}
-
-/// Starts `body` on a new thread; an exception there fails the test instead of ending the process.
-template <typename Body>
-std::thread spawn(Body body) {
-  return std::thread([body = std::move(body)]() mutable {
-    try {
-      body();
-    } catch (const std::exception& error) {
-      ADD_FAILURE() << "a test thread threw: " << error.what();
-    }
-  });
-}
 
 TcpStoreServerOptions local_server(std::string token = {}) {
   TcpStoreServerOptions options;

@@ -9,6 +9,8 @@
 #include <cohort/optim/schedule.hpp>
 #include <cohort/optim/sgd.hpp>
 
+#include "support/test_helpers.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,24 +19,6 @@
 #include <vector>
 
 namespace cohort_test {
-
-template <typename T>
-double to_double(T value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(value));
-  } else {
-    return static_cast<double>(value);
-  }
-}
-
-template <typename T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(value));
-  } else {
-    return static_cast<T>(value);
-  }
-}
 
 /// Values with magnitude in [low, high] and a random sign: never zero.
 template <typename T>

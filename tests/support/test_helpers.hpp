@@ -1,0 +1,79 @@
+#pragma once
+
+// Small helpers several test files share: elapsed time, substring assertions, the message of an
+// expected exception, threads whose exceptions fail the test, and exact conversions between
+// double and every element type (16-bit floats included).
+
+#include <cohort/core/float16.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+namespace cohort_test {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::chrono::milliseconds elapsed_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+}
+
+inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
+}
+
+/// The message of the `E` that `action` throws; a test failure when it throws nothing or another
+/// type.
+template <typename E, typename Action>
+std::string message_of(Action&& action) {
+  try {
+    action();
+  } catch (const E& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "threw another exception: " << error.what();
+    return {};
+  }
+  ADD_FAILURE() << "threw nothing";
+  return {};
+}
+
+/// Starts `body` on a new thread; an exception there fails the test instead of ending the process.
+template <typename Body>
+std::thread spawn(Body body) {
+  return std::thread([body = std::move(body)]() mutable {
+    try {
+      body();
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << "a test thread threw: " << error.what();
+    }
+  });
+}
+
+/// `value` as a T (rounded to nearest for 16-bit floats).
+template <typename T>
+T from_double(double value) {
+  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
+    return T(static_cast<float>(value));
+  } else {
+    return static_cast<T>(value);
+  }
+}
+
+/// A T's value as a double (exact for every element type).
+template <typename T>
+double to_double(T value) {
+  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
+    return static_cast<double>(static_cast<float>(value));
+  } else {
+    return static_cast<double>(value);
+  }
+}
+
+}  // namespace cohort_test
