@@ -9,6 +9,7 @@
 
 #if COHORT_WITH_CUDA
 #include <cohort/detail/cuda_check.hpp>
+#include <cohort/detail/cuda_device_scope.hpp>
 #include <cohort/memory/device_pool.hpp>
 
 #include <cuda_runtime_api.h>
@@ -45,20 +46,11 @@ bool is_managed(const MemoryResource& resource) noexcept {
 
 CurrentDevice::CurrentDevice(Device device) {
   if (device.is_cuda()) {
-    COHORT_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device.index()) {
-      COHORT_CUDA_TRY(cudaSetDevice(device.index()));
-    } else {
-      previous_ = -1;
-    }
+    scope_ = std::make_unique<CudaDeviceScope>(device.index());
   }
 }
 
-CurrentDevice::~CurrentDevice() {
-  if (previous_ >= 0) {
-    COHORT_CUDA_CHECK_NOEXCEPT(cudaSetDevice(previous_));
-  }
-}
+CurrentDevice::~CurrentDevice() = default;
 
 void write_now(void* destination, const void* source, std::size_t bytes, const Stream& stream) {
   if (stream.device().is_host()) {
@@ -98,6 +90,8 @@ void zero_async(void* destination, std::size_t bytes, const Stream& stream) {
 }
 
 #else
+
+class CudaDeviceScope {};  // never created in a build without CUDA
 
 CurrentDevice::CurrentDevice(Device device) {
   COHORT_EXPECTS(device.is_host(), device.to_string() + " needs cohort built with CUDA");

@@ -19,7 +19,10 @@ std::shared_ptr<MemoryResource> default_state_resource(Device device);
 /// Whether memory from `resource` is CUDA managed memory (prefetched before each step).
 bool is_managed(const MemoryResource& resource) noexcept;
 
-/// Makes `device` current for the lifetime of the guard (nothing for the host).
+class CudaDeviceScope;
+
+/// Makes `device` current for the lifetime of the guard (nothing for the host): a
+/// `CudaDeviceScope` for CUDA devices, usable from code compiled without CUDA's headers.
 class CurrentDevice {
  public:
   explicit CurrentDevice(Device device);
@@ -28,7 +31,7 @@ class CurrentDevice {
   CurrentDevice& operator=(const CurrentDevice&) = delete;
 
  private:
-  int previous_ = -1;
+  std::unique_ptr<CudaDeviceScope> scope_;
 };
 
 /// Copies `bytes` host bytes to `destination` (on `stream`'s device) in stream order, and waits.
