@@ -9,6 +9,7 @@ cohort_packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
+  patchelf
 )
 
 # Installs whichever of cohort_packages are missing. Idempotent: does nothing when all are there.

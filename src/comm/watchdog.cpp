@@ -84,7 +84,17 @@ std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
     const std::lock_guard<std::mutex> lock(mutex_);
     works = works_;
   }
-  std::erase_if(works, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  std::erase_if(works, [this](const std::shared_ptr<WorkState>& w) {
+    try {
+      return w->done();
+    } catch (const std::exception& error) {
+      // A probe that cannot tell (a sticky CUDA error) will never tell: fail the work now,
+      // publish it and abort, instead of logging the same error every tick until the deadline.
+      fail_collective(*this, *w, /*timed_out=*/false,
+                      std::string("its completion could not be checked: ") + error.what());
+      return true;
+    }
+  });
   const std::lock_guard<std::mutex> lock(mutex_);
   std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
   return works;
@@ -412,7 +422,21 @@ bool Watchdog::tick() {
       next_heartbeat_ = now + kHeartbeatEvery;
     }
   } catch (const std::exception& error) {
-    COHORT_LOG(error) << "watchdog: " << error.what();
+    // With nothing in flight no one depends on the store: it going away is how a run ends when
+    // the rank that hosts it (rank 0) exits first, and no reason to print an error.
+    bool busy = false;
+    for (const auto& context : contexts()) {
+      try {
+        busy = busy || !context->in_flight().empty();
+      } catch (const std::exception&) {
+        busy = true;
+      }
+    }
+    if (busy) {
+      COHORT_LOG(error) << "watchdog: " << error.what();
+    } else {
+      COHORT_LOG(debug) << "watchdog, with nothing in flight: " << error.what();
+    }
   }
   return true;
 }
