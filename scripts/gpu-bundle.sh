@@ -100,14 +100,16 @@ programs=(
 while IFS= read -r program; do
   programs+=("${program#"$build_dir"/}")
 done < <(find "$build_dir/benchmarks" "$build_dir/examples" -maxdepth 2 -type f -executable \
-           -not -name '*.so*' -not -path '*/CMakeFiles/*' | sort)
+           -not -name '*.so*' -not -name 'store_bench' -not -path '*/CMakeFiles/*' | sort)
+# (store_bench measures the TCP store alone: no GPU path, so it stays out.)
 gpu_tests=()
 while IFS= read -r program; do
   gpu_tests+=("$(basename "$program")")
   programs+=("${program#"$build_dir"/}")
 done < <(find "$build_dir/tests" -type f -executable -name 'test_*_gpu' -not -path '*/CMakeFiles/*' | sort)
-# Rank programs the multi-process tests start.
+# Rank programs the multi-process tests start, those with a GPU mode (--gpu).
 while IFS= read -r program; do
+  "$program" --help 2>&1 | grep -q -- '--gpu' || continue
   programs+=("${program#"$build_dir"/}")
 done < <(find "$build_dir/tests" -type f -executable -name '*_worker' -not -path '*/CMakeFiles/*' | sort)
 [ ${#gpu_tests[@]} -gt 0 ] || { echo "gpu-bundle: no GPU test (tests/**/test_*_gpu) in $build_dir" >&2; exit 1; }

@@ -212,6 +212,24 @@ TEST(CudaKernels, CastsMatchTheHostOnAlignedAndUnalignedViewsBothWays) {
   }
 }
 
+TEST(CudaKernels, ALaunchIsNotBlamedForAnEarlierUnrelatedError) {
+  SKIP_WITHOUT_GPU();
+  namespace k = cohort::kernels;
+  const std::vector<float> source = random_values<float>(1000, 12);
+  const DeviceArray<float> d_source(source);
+  DeviceArray<cohort::half> d_h(std::vector<cohort::half>(source.size()));
+  // A failed call whose error its caller ignored stays pending; the cast after it must neither
+  // throw that error as its own nor clear it.
+  const int host_value = 1;
+  ASSERT_NE(cudaMemcpy(nullptr, &host_value, sizeof(host_value), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  EXPECT_NO_THROW(k::cuda::cast(d_source.view(), d_h.view(), nullptr));
+  EXPECT_NE(cudaPeekAtLastError(), cudaSuccess) << "the launch cleared another call's error";
+  (void)cudaGetLastError();
+  const auto h = d_h.to_host();
+  EXPECT_EQ(h[999].bits, cohort::half(source[999]).bits);
+}
+
 TEST(CudaOptimizer, AdamWWithScalerAndClippingMatchesTheHostOptimizer) {
   SKIP_WITHOUT_GPU();
   constexpr std::size_t kCount = (1 << 16) + 5;
