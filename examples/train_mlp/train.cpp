@@ -4,6 +4,8 @@
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
+#include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/preemption.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/optim/adamw.hpp>
@@ -60,6 +62,10 @@ std::pair<double, double> reduce_stats(cohort::DataParallel& dp, layers::Math& m
 }
 
 }  // namespace
+
+int first_row_of_step(int step, int batches, int rows_per_batch) {
+  return (step % batches) * rows_per_batch;
+}
 
 TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* log) {
   const int ranks = world.size();
@@ -141,12 +147,53 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
     std::fflush(log);
   }
 
+  // Checkpoints: resume from `latest` (an older valid one if it is damaged), save every
+  // --checkpoint-every steps in the background, and on a preemption signal at the next step.
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  std::unique_ptr<cohort::PreemptionWatch> preemption;
+  int first_step = 0;
+  auto state_at = [&](int step) {
+    const auto position = static_cast<std::uint64_t>(step) * static_cast<std::uint64_t>(options.global_batch);
+    const auto epoch_samples = static_cast<std::uint64_t>(batches) * static_cast<std::uint64_t>(options.global_batch);
+    return cohort::TrainingState{step, position / epoch_samples, position % epoch_samples,
+                                 "seed=" + std::to_string(options.seed)};
+  };
+  if (!options.checkpoint_dir.empty()) {
+    checkpoints = std::make_unique<cohort::Checkpointer>(
+        dp, optimizer.get(),
+        cohort::CheckpointOptions{.directory = options.checkpoint_dir,
+                                  .keep_last = options.keep_checkpoints,
+                                  .fallback = true});
+    preemption = std::make_unique<cohort::PreemptionWatch>(world, stream);
+    if (const std::optional<cohort::TrainingState> loaded = checkpoints->load()) {
+      COHORT_EXPECTS(loaded->user_blob == "seed=" + std::to_string(options.seed),
+                     "the checkpoint in " + options.checkpoint_dir + " was saved with " +
+                         loaded->user_blob + ", not --seed " + std::to_string(options.seed));
+      first_step = static_cast<int>(loaded->step);
+      result.resumed_from = first_step;
+      if (log != nullptr) {
+        std::fprintf(log, "train_mlp: resumed from step %d (%s)\n", first_step,
+                     options.checkpoint_dir.c_str());
+        std::fflush(log);
+      }
+    }
+  }
+
   const auto features = static_cast<std::size_t>(kFeatures);
   const auto start = Clock::now();
   auto window_start = start;
   int window_steps = 0, comm_samples = 0;
-  for (int step = 0; step < options.steps; ++step) {
-    const auto row = static_cast<std::size_t>(step % batches) * static_cast<std::size_t>(local_batch);
+  for (int step = first_step; step < options.steps; ++step) {
+    if (preemption && preemption->agreed()) {
+      checkpoints->save(state_at(step));
+      result.preempted = true;
+      if (log != nullptr) {
+        std::fprintf(log, "train_mlp: preempted; saved step %d and stopped\n", step);
+        std::fflush(log);
+      }
+      return result;
+    }
+    const auto row = static_cast<std::size_t>(first_row_of_step(step, batches, local_batch));
     math.zero(stats.data(), 2 * sizeof(double));
     model.forward(static_cast<const float*>(train_x_dev.data()) + row * features, local_batch);
     model.loss_and_backward(static_cast<const std::int32_t*>(train_y_dev.data()) + row,
@@ -155,6 +202,10 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
     dp.sync_grads();
     optimizer->step();
     ++window_steps;
+    if (checkpoints && options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0 &&
+        step + 1 < options.steps) {
+      checkpoints->save_async(state_at(step + 1));
+    }
     const bool last = step + 1 == options.steps;
     if (last || (options.log_every > 0 && (step + 1) % options.log_every == 0)) {
       const cohort::StepStats step_stats = dp.last_step_stats();
@@ -176,9 +227,11 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
       window_steps = 0;
     }
   }
+  if (checkpoints) checkpoints->save(state_at(options.steps));
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.samples_per_second = options.steps * static_cast<double>(options.global_batch) / result.seconds;
+  result.samples_per_second =
+      (options.steps - first_step) * static_cast<double>(options.global_batch) / result.seconds;
   result.comm_ms /= std::max(comm_samples, 1);
   result.exposed_ms /= std::max(comm_samples, 1);
 

@@ -29,6 +29,12 @@ struct TrainOptions {
   int test_samples = 8192;
   std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
   std::size_t first_bucket_bytes = std::size_t{32} << 10;
+  /// Checkpoints: where (empty: none), every how many steps (0: only on preemption and at the
+  /// end), how many to keep. With a folder, the run resumes from its `latest` checkpoint and
+  /// SIGTERM/SIGUSR1 make every rank save and stop at the next step.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  int keep_checkpoints = 2;
 };
 
 struct TrainResult {
@@ -47,7 +53,15 @@ struct TrainResult {
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   std::vector<float> params;  ///< every parameter in f32, registration order
+  int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
+  bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
 };
+
+/// Where step `step`'s batch starts in this rank's rows (`rows_per_batch` rows per batch, `batches`
+/// batches per epoch). The data order is a pure function of (seed, epoch, position), so a resumed
+/// run sees exactly the batches an uninterrupted run sees; a shuffling sampler that is resumable
+/// from a position would replace this function.
+int first_row_of_step(int step, int batches, int rows_per_batch);
 
 /// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
 /// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns
