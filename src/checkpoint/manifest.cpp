@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -56,7 +57,11 @@ bool bool_field(const Json& object, const char* name, const std::string& where) 
 float float_field(const Json& object, const char* name, const std::string& where) {
   const Json& value = field(object, name, where);
   if (!value.is_number()) fail(where + "." + name + " is not a number");
-  return static_cast<float>(value.get<double>());
+  const double number = value.get<double>();
+  if (!(std::fabs(number) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    fail(where + "." + name + " is not a finite float");
+  }
+  return static_cast<float>(number);
 }
 
 DType dtype_field(const Json& object, const char* name, const std::string& where) {
@@ -208,7 +213,11 @@ Manifest parse_manifest(std::string_view text) {
   if (!scaler.is_null()) {
     ManifestLossScaler state;
     state.scale = float_field(scaler, "scale", "loss_scaler");
-    state.growth_tracker = static_cast<std::int32_t>(signed_field(scaler, "growth_tracker", "loss_scaler"));
+    const std::int64_t growth = signed_field(scaler, "growth_tracker", "loss_scaler");
+    if (growth < 0 || growth > std::numeric_limits<std::int32_t>::max()) {
+      fail("loss_scaler.growth_tracker is out of range");
+    }
+    state.growth_tracker = static_cast<std::int32_t>(growth);
     state.skipped_steps = signed_field(scaler, "skipped_steps", "loss_scaler");
     state.last_step_skipped = bool_field(scaler, "last_step_skipped", "loss_scaler");
     manifest.loss_scaler = state;
