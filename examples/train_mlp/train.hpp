@@ -1,7 +1,7 @@
 #pragma once
 
-// The training loop of examples/train_mlp, as a function of the world, so that the example's
-// main and the tests run the same code.
+// The training loop of examples/train_mlp and examples/train_cnn, as a function of the world, so
+// that the examples' mains and the tests run the same code.
 
 #include <cohort/comm/world.hpp>
 
@@ -14,12 +14,18 @@
 
 namespace train_mlp {
 
+/// What is trained: the MLP on the Gaussian mixture (train_mlp) or the CNN on the shape images
+/// (train_cnn).
+enum class Model : std::uint8_t { mlp, cnn };
+
 struct TrainOptions {
+  Model model = Model::mlp;
   int steps = 300;
   int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
   std::uint64_t seed = 1;
   int hidden = 256;
   int layers = 3;            ///< linear layers
+  int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
   float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
   bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
@@ -30,6 +36,12 @@ struct TrainOptions {
   std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
   std::size_t first_bucket_bytes = std::size_t{32} << 10;
 };
+
+/// The options train_cnn starts from: the CNN and its data set sizes and schedule.
+TrainOptions cnn_defaults();
+
+/// "train_mlp" or "train_cnn".
+const char* program_name(Model model) noexcept;
 
 struct TrainResult {
   int ranks = 0;

@@ -42,3 +42,4 @@
 #include <cohort/optim/sgd.hpp>
 #include <cohort/optim/sharded_optimizer.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
+#include <cohort/data/distributed_sampler.hpp>
