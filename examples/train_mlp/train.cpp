@@ -231,11 +231,12 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
 TrainOptions cnn_defaults() {
   TrainOptions options;
   options.model = Model::cnn;
-  options.steps = 200;
-  options.global_batch = 64;
+  options.steps = 150;
+  options.global_batch = 128;
+  options.lr = 0.01f;
   options.train_samples = 12800;
   options.test_samples = 2048;
-  options.log_every = 20;
+  options.log_every = 25;
   return options;
 }
 
@@ -271,7 +272,7 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
     return run(world, options, log, splits, model, registry, math,
                std::to_string(options.layers) + " layers, hidden " + std::to_string(options.hidden));
   }
-  const layers::ShapeImages images({.size = kImageSize, .noise = 0.4f, .seed = options.seed});
+  const layers::ShapeImages images({.size = kImageSize, .noise = 0.3f, .seed = options.seed});
   const Splits splits = make_splits(images, images.pixels(), options, rank, ranks);
   layers::Cnn model({.image_size = kImageSize, .channels = 1, .width = options.width,
                      .classes = layers::ShapeImages::kClasses, .bn_group = kBatchNormGroup,

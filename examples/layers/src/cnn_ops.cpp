@@ -107,6 +107,22 @@ void row2im_add(const ConvGeometry& g, Layout layout, const std::vector<float>& 
                        });
 }
 
+struct GemmSizes {
+  int pixels;  ///< output pixels per sample
+  int width;   ///< c x k x k: a filter's values, an im2row row
+};
+
+GemmSizes gemm_sizes(const ConvGeometry& g) {
+  const Shape4 out = g.output();
+  return {out.h * out.w, g.input.c * g.kernel * g.kernel};
+}
+
+void check_group(const Shape4& shape, int group) {
+  COHORT_EXPECTS(group > 0 && shape.n % group == 0,
+                 "batch norm: the batch of " + std::to_string(shape.n) +
+                     " is not a multiple of the statistics group of " + std::to_string(group));
+}
+
 const float* f32(const cohort::TensorView& view) { return static_cast<const float*>(view.data()); }
 float* f32_mutable(const cohort::TensorView& view) { return static_cast<float*>(view.data()); }
 
@@ -146,9 +162,7 @@ void CnnOps::conv_forward(const ConvGeometry& g, const cohort::TensorView& x,
   if (device_) return device_->conv_forward(g, x, w, y);
   math_->stream().enqueue([g, layout = layout_, columns = columns_, x = f32(x), w = f32(w),
                            y = f32_mutable(y)] {
-    const Shape4 out = g.output();
-    const int pixels = out.h * out.w;
-    const int width = g.input.c * g.kernel * g.kernel;
+    const auto [pixels, width] = gemm_sizes(g);
     if (layout == Layout::nhwc) {  // y [n pixels, filters] = rows [n pixels, width] . w^T
       im2row(g, layout, x, 0, g.input.n, *columns);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.input.n * pixels, g.filters, width,
@@ -172,9 +186,7 @@ void CnnOps::conv_backward_data(const ConvGeometry& g, const cohort::TensorView&
   if (device_) return device_->conv_backward_data(g, dy, w, dx);
   math_->stream().enqueue([g, layout = layout_, columns = columns_, dy = f32(dy), w = f32(w),
                            dx = f32_mutable(dx)] {
-    const Shape4 out = g.output();
-    const int pixels = out.h * out.w;
-    const int width = g.input.c * g.kernel * g.kernel;
+    const auto [pixels, width] = gemm_sizes(g);
     std::fill(dx, dx + g.input.count(), 0.0f);
     const int samples = layout == Layout::nhwc ? g.input.n : 1;
     for (int first = 0; first < g.input.n; first += samples) {
@@ -199,9 +211,7 @@ void CnnOps::conv_backward_filter(const ConvGeometry& g, const cohort::TensorVie
   if (device_) return device_->conv_backward_filter(g, x, dy, dw);
   math_->stream().enqueue([g, layout = layout_, columns = columns_, x = f32(x), dy = f32(dy),
                            dw = f32_mutable(dw)] {
-    const Shape4 out = g.output();
-    const int pixels = out.h * out.w;
-    const int width = g.input.c * g.kernel * g.kernel;
+    const auto [pixels, width] = gemm_sizes(g);
     if (layout == Layout::nhwc) {  // dw [filters, width] = dy^T [filters, n pixels] . rows
       im2row(g, layout, x, 0, g.input.n, *columns);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.filters, width, g.input.n * pixels,
@@ -238,9 +248,7 @@ void for_each_in_channel(const Shape4& s, Layout layout, int c, int first, int c
 void CnnOps::batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
                                 const float* beta, float* y, float* saved_mean,
                                 float* saved_inv_std) {
-  COHORT_EXPECTS(group > 0 && shape.n % group == 0,
-                 "batch norm: the batch of " + std::to_string(shape.n) +
-                     " is not a multiple of the statistics group of " + std::to_string(group));
+  check_group(shape, group);
   if (device_) {
     return device_->batch_norm_forward(shape, group, x, gamma, beta, y, saved_mean,
                                     saved_inv_std);
@@ -273,9 +281,7 @@ void CnnOps::batch_norm_backward(const Shape4& shape, int group, const float* x,
                                  const float* gamma, const float* saved_mean,
                                  const float* saved_inv_std, float* dx, float* dgamma,
                                  float* dbeta) {
-  COHORT_EXPECTS(group > 0 && shape.n % group == 0,
-                 "batch norm: the batch of " + std::to_string(shape.n) +
-                     " is not a multiple of the statistics group of " + std::to_string(group));
+  check_group(shape, group);
   if (device_) {
     return device_->batch_norm_backward(shape, group, x, dy, gamma, saved_mean,
                                      saved_inv_std, dx, dgamma, dbeta);
