@@ -1,7 +1,7 @@
 #pragma once
 
-// The training loop of examples/train_mlp, as a function of the world, so that the example's
-// main and the tests run the same code.
+// The training loop of examples/train_mlp and examples/train_cnn, as a function of the world, so
+// that the examples' mains and the tests run the same code.
 
 #include <cohort/comm/world.hpp>
 
@@ -14,12 +14,18 @@
 
 namespace train_mlp {
 
+/// What is trained: the MLP on the Gaussian mixture (train_mlp) or the CNN on the shape images
+/// (train_cnn).
+enum class Model : std::uint8_t { mlp, cnn };
+
 struct TrainOptions {
+  Model model = Model::mlp;
   int steps = 300;
   int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
   std::uint64_t seed = 1;
   int hidden = 256;
   int layers = 3;            ///< linear layers
+  int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
   float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
   bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
@@ -36,6 +42,12 @@ struct TrainOptions {
   int checkpoint_every = 0;
   int keep_checkpoints = 2;
 };
+
+/// The options train_cnn starts from: the CNN and its data set sizes and schedule.
+TrainOptions cnn_defaults();
+
+/// "train_mlp" or "train_cnn".
+const char* program_name(Model model) noexcept;
 
 struct TrainResult {
   int ranks = 0;
@@ -57,11 +69,6 @@ struct TrainResult {
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
 };
 
-/// Where step `step`'s batch starts in this rank's rows (`rows_per_batch` rows per batch, `batches`
-/// batches per epoch). The data order is a pure function of (seed, epoch, position), so a resumed
-/// run sees exactly the batches an uninterrupted run sees; a shuffling sampler that is resumable
-/// from a position would replace this function.
-int first_row_of_step(int step, int batches, int rows_per_batch);
 
 /// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
 /// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns

@@ -46,3 +46,4 @@
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/checkpoint/preemption.hpp>
+#include <cohort/data/distributed_sampler.hpp>
