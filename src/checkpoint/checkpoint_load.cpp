@@ -84,16 +84,24 @@ void read_array(const std::filesystem::path& folder, const Manifest& manifest,
     const std::uint64_t end = std::min(range.end, piece.element_offset + piece.count);
     if (begin >= end) continue;
     const std::filesystem::path file = folder / manifest.files[piece.file].name;
-    piece_bytes.resize(piece.count * element);
-    detail::read_file_range(file, piece.byte_offset, piece_bytes.data(), piece_bytes.size());
-    if (Checksum::of(piece_bytes.data(), piece_bytes.size()) != piece.checksum) {
+    // A piece wholly inside the range is read in place; one that overhangs it goes through a
+    // scratch buffer, since its checksum covers all of it.
+    const bool inside = begin == piece.element_offset && end == piece.element_offset + piece.count;
+    unsigned char* target = out.data() + (begin - range.begin) * element;
+    if (!inside) piece_bytes.resize(piece.count * element);
+    unsigned char* bytes = inside ? target : piece_bytes.data();
+    const std::size_t size = piece.count * element;
+    detail::read_file_range(file, piece.byte_offset, bytes, size);
+    if (Checksum::of(bytes, size) != piece.checksum) {
       fail(folder, manifest.files[piece.file].name + ": bytes " + std::to_string(piece.byte_offset) +
-                       " to " + std::to_string(piece.byte_offset + piece_bytes.size()) + " (\"" +
+                       " to " + std::to_string(piece.byte_offset + size) + " (\"" +
                        array.name + "\" piece " + std::to_string(index) +
                        ") fail their checksum: the file is damaged");
     }
-    std::memcpy(out.data() + (begin - range.begin) * element,
-                piece_bytes.data() + (begin - piece.element_offset) * element, (end - begin) * element);
+    if (!inside) {
+      std::memcpy(target, piece_bytes.data() + (begin - piece.element_offset) * element,
+                  (end - begin) * element);
+    }
   }
 }
 
