@@ -9,6 +9,8 @@
 #include <cohort/core/float16.hpp>
 #include <cohort/core/stream.hpp>
 
+#include "support/test_helpers.hpp"
+
 #if COHORT_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -40,23 +42,8 @@ double expected(cohort::ReduceOp op, int n, std::size_t i) {
   return 0.0;
 }
 
-template <typename T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(value));
-  } else {
-    return static_cast<T>(value);
-  }
-}
-
-template <typename T>
-double to_double(T value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(value));
-  } else {
-    return static_cast<double>(value);
-  }
-}
+using cohort_test::from_double;
+using cohort_test::to_double;
 
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {

@@ -73,8 +73,11 @@ inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& prog
     const int port = free_port();
     auto ranks = run_process_ranks_on(port, n, program, arguments, environment, tag);
     const std::string first = ranks.empty() ? std::string() : read_file(ranks.front().output);
+    std::string at_port(":");  // built in steps: GCC 12's -Wrestrict misreads "a" + s + "b"
+    at_port += std::to_string(port);
+    at_port += ':';
     const bool port_taken = first.find("cannot listen on") != std::string::npos &&
-                            first.find(":" + std::to_string(port) + ":") != std::string::npos;
+                            first.find(at_port) != std::string::npos;
     if (attempt == 2 || !port_taken) {
       return ranks;
     }
