@@ -2,12 +2,15 @@
 
 #include "cli.hpp"
 
+#include <cohort/checkpoint/preemption.hpp>
+
 #include <cohort/comm/world.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 
 namespace train_mlp {
 
@@ -39,6 +42,18 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--log-every", options.log_every, "progress line every this many steps");
   app.add_option("--json", json, "write the result to this file");
+  std::string params_out;
+  app.add_option("--params-out", params_out,
+                 "write every final parameter (f32, registration order) to this file, raw");
+  app.add_option("--checkpoint-dir", options.checkpoint_dir,
+                 "save checkpoints here and resume from the latest one; SIGTERM or SIGUSR1 then "
+                 "saves at the next step and exits with status 75");
+  app.add_option("--checkpoint-every", options.checkpoint_every,
+                 "save a checkpoint (in the background) every this many steps (0: only on "
+                 "preemption and at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-checkpoints", options.keep_checkpoints, "checkpoints to keep")
+      ->check(CLI::PositiveNumber);
   app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)");
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   CLI11_PARSE(app, argc, argv);
@@ -55,10 +70,18 @@ int run_cli(int argc, char** argv, Model model) {
     } else {
       cohort::World world = cohort::init(world_options);
       result = train(world, options, stdout);
+      if (result.preempted) return cohort::kPreemptedExitStatus;
       if (world.rank() != 0) return 0;
     }
+    if (result.preempted) return cohort::kPreemptedExitStatus;
     if (!json.empty()) {
       std::ofstream(json) << to_json(result, options).dump(2) << '\n';
+    }
+    if (!params_out.empty()) {
+      std::ofstream out(params_out, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(result.params.data()),
+                static_cast<std::streamsize>(result.params.size() * sizeof(float)));
+      if (!out) throw std::runtime_error("cannot write " + params_out);
     }
     return 0;
   } catch (const std::exception& error) {

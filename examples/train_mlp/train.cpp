@@ -6,6 +6,8 @@
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
+#include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/preemption.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/data/distributed_sampler.hpp>
 #include <cohort/ddp/data_parallel.hpp>
@@ -152,11 +154,54 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
     std::fflush(log);
   }
 
+  // Checkpoints: resume from `latest` (an older valid one if it is damaged), save every
+  // --checkpoint-every steps in the background, and on a preemption signal at the next step.
+  // The data position saved is the sampler's, in samples of the epoch over all ranks.
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  std::unique_ptr<cohort::PreemptionWatch> preemption;
+  int first_step = 0;
+  const std::string blob = "seed=" + std::to_string(options.seed);
+  auto state_now = [&](int step) {
+    const cohort::SamplerPosition position = sampler.position();
+    return cohort::TrainingState{step, position.epoch, position.step * sampler.global_batch(), blob};
+  };
+  if (!options.checkpoint_dir.empty()) {
+    checkpoints = std::make_unique<cohort::Checkpointer>(
+        dp, optimizer.get(),
+        cohort::CheckpointOptions{.directory = options.checkpoint_dir,
+                                  .keep_last = options.keep_checkpoints,
+                                  .fallback = true});
+    preemption = std::make_unique<cohort::PreemptionWatch>(world, stream);
+    if (const std::optional<cohort::TrainingState> loaded = checkpoints->load()) {
+      COHORT_EXPECTS(loaded->user_blob == blob,
+                     "the checkpoint in " + options.checkpoint_dir + " was saved with " +
+                         loaded->user_blob + ", not --seed " + std::to_string(options.seed));
+      first_step = static_cast<int>(loaded->step);
+      result.resumed_from = first_step;
+      sampler.seek({loaded->epoch, loaded->data_position / sampler.global_batch()});
+      if (log != nullptr) {
+        std::fprintf(log, "%s: resumed from step %d (%s)\n", program_name(options.model),
+                     first_step, options.checkpoint_dir.c_str());
+        std::fflush(log);
+      }
+    }
+  }
+
   const auto features = static_cast<std::size_t>(sample_floats);
   const auto start = Clock::now();
   auto window_start = start;
   int window_steps = 0, comm_samples = 0;
-  for (int step = 0; step < options.steps; ++step) {
+  for (int step = first_step; step < options.steps; ++step) {
+    if (preemption && preemption->agreed()) {
+      checkpoints->save(state_now(step));
+      result.preempted = true;
+      if (log != nullptr) {
+        std::fprintf(log, "%s: preempted; saved step %d and stopped\n", program_name(options.model),
+                     step);
+        std::fflush(log);
+      }
+      return result;
+    }
     const cohort::SampledBatch batch = sampler.next_batch();
     sampler.gather(batch, view_of<float>(train_x_dev, train_x.size(), math), features,
                    view_of<float>(batch_x, batch.size * features, math));
@@ -170,6 +215,10 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
     dp.sync_grads();
     optimizer->step();
     ++window_steps;
+    if (checkpoints && options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0 &&
+        step + 1 < options.steps) {
+      checkpoints->save_async(state_now(step + 1));
+    }
     const bool last = step + 1 == options.steps;
     if (last || (options.log_every > 0 && (step + 1) % options.log_every == 0)) {
       const cohort::StepStats step_stats = dp.last_step_stats();
@@ -191,9 +240,11 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
       window_steps = 0;
     }
   }
+  if (checkpoints) checkpoints->save(state_now(options.steps));
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.samples_per_second = options.steps * static_cast<double>(options.global_batch) / result.seconds;
+  result.samples_per_second =
+      (options.steps - first_step) * static_cast<double>(options.global_batch) / result.seconds;
   result.comm_ms /= std::max(comm_samples, 1);
   result.exposed_ms /= std::max(comm_samples, 1);
 

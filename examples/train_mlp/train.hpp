@@ -35,6 +35,12 @@ struct TrainOptions {
   int test_samples = 8192;
   std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
   std::size_t first_bucket_bytes = std::size_t{32} << 10;
+  /// Checkpoints: where (empty: none), every how many steps (0: only on preemption and at the
+  /// end), how many to keep. With a folder, the run resumes from its `latest` checkpoint and
+  /// SIGTERM/SIGUSR1 make every rank save and stop at the next step.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  int keep_checkpoints = 2;
 };
 
 /// The options train_cnn starts from: the CNN and its data set sizes and schedule.
@@ -59,7 +65,10 @@ struct TrainResult {
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   std::vector<float> params;  ///< every parameter in f32, registration order
+  int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
+  bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
 };
+
 
 /// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
 /// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns
