@@ -10,8 +10,9 @@
 #   scripts/gpu-bundle.sh --build-dir DIR --no-build   # from a finished build, compiling nothing
 #   scripts/gpu-bundle.sh --check DIR           # only the ldd check of an existing bundle
 #
-# Layout: bin/ (programs, stripped), lib/ (libraries), gpu-check.sh, CTestTestfile.cmake (the
-# GPU tests, label gpu, for `ctest --test-dir DIR -L gpu`), BUNDLE_INFO (commit, toolkit, build).
+# Layout: bin/ (programs, stripped), lib/ (libraries; those over 8 MiB as NAME.xz, which
+# gpu-check.sh unpacks), gpu-check.sh, CTestTestfile.cmake (the GPU tests, label gpu, for
+# `ctest --test-dir DIR -L gpu`), BUNDLE_INFO (commit, toolkit, build).
 # Fails when a program is missing, when a library resolves outside the bundle and off the list
 # above, or when the bundle is over COHORT_BUNDLE_LIMIT_MIB (default 56).
 set -euo pipefail
@@ -38,7 +39,24 @@ done
 provided_pattern='^(linux-vdso\.so|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcudart\.so|libcudadevrt|libnvrtc|libnvJitLink|libcupti|libnccl\.so|libcublas\.so|libcublasLt\.so|libcudnn)'
 
 # check_bundle DIR: ldd over every ELF in the bundle; prints and counts what resolves outside.
+# Packed libraries (lib/*.xz) are checked unpacked, in a copy of the bundle.
 check_bundle() {
+  local dir status=0 copy packed
+  dir=$(cd "$1" && pwd)
+  if ! compgen -G "$dir/lib/*.xz" >/dev/null; then
+    check_unpacked "$dir" "$dir"
+    return $?
+  fi
+  copy=$(mktemp -d)
+  cp -a "$dir/." "$copy/"
+  for packed in "$copy"/lib/*.xz; do
+    xz -d "$packed"
+  done
+  check_unpacked "$copy" "$dir (its packed libraries unpacked)" || status=$?
+  rm -rf "$copy"
+  return $status
+}
+check_unpacked() {  # check_unpacked DIR NAME
   local dir bad=0 file line name path
   dir=$(cd "$1" && pwd)
   while IFS= read -r -d '' file; do
@@ -61,10 +79,10 @@ check_bundle() {
     done < <(LD_LIBRARY_PATH= ldd "$file" 2>/dev/null || true)
   done < <(find "$dir/bin" "$dir/lib" -type f -print0)
   if [ "$bad" -gt 0 ]; then
-    echo "gpu-bundle: $bad libraries resolve outside $dir" >&2
+    echo "gpu-bundle: $bad libraries resolve outside $2" >&2
     return 1
   fi
-  echo "gpu-bundle: every library of $dir resolves inside it or is one a GPU machine provides"
+  echo "gpu-bundle: every library of $2 resolves inside it or is one a GPU machine provides"
 }
 
 if [ -n "$check_only" ]; then
@@ -107,11 +125,11 @@ while IFS= read -r program; do
   gpu_tests+=("$(basename "$program")")
   programs+=("${program#"$build_dir"/}")
 done < <(find "$build_dir/tests" -type f -executable -name 'test_*_gpu' -not -path '*/CMakeFiles/*' | sort)
-# Rank programs the multi-process tests start, those with a GPU mode (--gpu).
+# Rank programs that the GPU tests start as processes (tests/**/*_gpu_worker): a test finds them
+# beside itself in bin/.
 while IFS= read -r program; do
-  "$program" --help 2>&1 | grep -q -- '--gpu' || continue
   programs+=("${program#"$build_dir"/}")
-done < <(find "$build_dir/tests" -type f -executable -name '*_worker' -not -path '*/CMakeFiles/*' | sort)
+done < <(find "$build_dir/tests" -type f -executable -name '*_gpu_worker' -not -path '*/CMakeFiles/*' | sort)
 [ ${#gpu_tests[@]} -gt 0 ] || { echo "gpu-bundle: no GPU test (tests/**/test_*_gpu) in $build_dir" >&2; exit 1; }
 
 declare -A seen=()
@@ -158,6 +176,18 @@ for file in "$out_dir"/lib/*; do
   patchelf --set-rpath '$ORIGIN' "$file"
 done
 
+# ---- pack the largest libraries -----------------------------------------------------------------
+# OpenBLAS alone (every CPU's kernels) is 37 MiB, two thirds of the bundle; xz makes it 4 MiB. A
+# library over 8 MiB travels as lib/NAME.xz; gpu-check.sh unpacks it next to its report and puts
+# that folder on LD_LIBRARY_PATH (the programs' rpath does not hold it).
+packed=()
+for file in "$out_dir"/lib/*; do
+  [ "$(stat -c %s "$file")" -gt $((8 << 20)) ] || continue
+  command -v xz >/dev/null || { echo "gpu-bundle: xz is missing (apt-get install xz-utils)" >&2; exit 1; }
+  xz -T1 -3 "$file"
+  packed+=("$(basename "$file")")
+done
+
 # ---- the check script, the GPU tests for ctest, and what this bundle is -----------------------
 cp "$cohort_root/scripts/gpu-check.sh" "$out_dir/"
 [ -f "$cohort_root/scripts/gpu/torch_mlp_step.py" ] && cp "$cohort_root/scripts/gpu/torch_mlp_step.py" "$out_dir/"
@@ -181,6 +211,7 @@ nccl_compiled=${nccl_compiled:-unknown}
 cuda_architectures=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
 gpu_tests=${gpu_tests[*]}
+packed_libraries=${packed[*]}
 EOF
 
 size_mib=$(( $(du -sk "$out_dir" | cut -f1) / 1024 ))

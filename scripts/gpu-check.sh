@@ -12,7 +12,7 @@
 #      (another major version: refused, nothing else runs);
 #   2. the GPU tests (ctest -L gpu --no-tests=error; each test program directly without ctest);
 #   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
-#      comm and DDP suites' rank programs where the bundle has them, and
+#      comm and DDP suites' rank programs (bin/*_gpu_worker), and
 #      train_mlp --precision bf16 --zero1 against the host backend's checksum;
 #   4. the host cost of issuing a collective (allreduce_bench --issue-cost), 2 ranks;
 #   5. optim_bench (with the device copy ceiling), memory_bench (managed prefetched against
@@ -72,6 +72,24 @@ for root in sys.path:
         print(os.path.realpath(lib))
 PY
 )
+fi
+# Libraries the bundle carries packed (lib/NAME.xz, see gpu-bundle.sh), unpacked next to the
+# report; the bundle's lib/ follows them, for their own dependencies.
+if compgen -G "$bundle/lib/*.xz" >/dev/null; then
+  mkdir -p "$out_dir/lib"
+  for packed in "$bundle"/lib/*.xz; do
+    unpacked=${packed##*/}
+    unpacked="$out_dir/lib/${unpacked%.xz}"
+    [ -s "$unpacked" ] && continue
+    if command -v xz >/dev/null 2>&1; then
+      xz -dc "$packed" >"$unpacked.part"
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$packed" "$unpacked.part"
+    fi || die "cannot unpack $packed (neither xz nor python3's lzma worked)"
+    mv "$unpacked.part" "$unpacked"
+  done
+  library_dirs=("$out_dir/lib" "$bundle/lib" "${library_dirs[@]}")
 fi
 if [ ${#library_dirs[@]} -gt 0 ]; then
   LD_LIBRARY_PATH="$(IFS=:; echo "${library_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -162,9 +180,12 @@ echo "- Every number below: $context" >>"$report"
 # ---- 2. the GPU tests -------------------------------------------------------------------------
 section "2. GPU tests"
 if command -v ctest >/dev/null 2>&1; then
-  step "ctest -L gpu" 180 required "$out_dir/ctest-gpu.log" \
+  step "ctest -L gpu" 240 required "$out_dir/ctest-gpu.log" \
     ctest --test-dir "$bundle" -L gpu --no-tests=error --output-on-failure
   grep -E "tests passed|No tests were found" "$out_dir/ctest-gpu.log" | tail -n 1 >>"$report"
+  # One line per test program (the CNN layers' GPU-vs-host test among them), as ctest ended it.
+  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$out_dir/ctest-gpu.log" |
+    sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /  - /; s/ \.{2,}/:/' >>"$report"
 else
   ran_any=0
   for test in $(sed -n 's/^gpu_tests=//p' "$bundle/BUNDLE_INFO"); do
@@ -184,10 +205,11 @@ two_ranks=(env CUDA_VISIBLE_DEVICES=0 COHORT_ALLOW_SHARED_GPU=1 NCCL_SOCKET_IFNA
   "$bin/cohortrun" --nproc-per-node 2
   bash -c 'NCCL_HOSTID="cohort-gpu-check-${COHORT_LOCAL_RANK:-${LOCAL_RANK:-0}}" exec "$@"' rank)
 step "hello_allreduce, 2 ranks" 60 required "$out_dir/hello-2.log" "${two_ranks[@]}" "$bin/hello_allreduce"
-for worker in "$bin"/*_worker; do
+# The rank programs of the comm and DDP GPU suites (ctest above starts them through the tests'
+# process helper; here cohortrun starts them, as a user would).
+for worker in "$bin"/*_gpu_worker; do
   [ -x "$worker" ] || continue
-  "$worker" --help 2>&1 | grep -q -- '--gpu' || continue  # a rank program of the GPU suites
-  step "$(basename "$worker"), 2 ranks" 90 required "$out_dir/$(basename "$worker")-2.log" "${two_ranks[@]}" "$worker" --gpu
+  step "$(basename "$worker"), 2 ranks" 90 required "$out_dir/$(basename "$worker")-2.log" "${two_ranks[@]}" "$worker"
 done
 mlp_args=(--precision bf16 --zero1 --steps 20 --global-batch 256 --seed 7)
 step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required "$out_dir/mlp-host.log" \

@@ -45,7 +45,7 @@ cat >"$work/smi/nvidia-smi" <<'SMI'
 echo "0, NVIDIA H200, 143771 MiB, 535.00"
 SMI
 chmod +x "$work/smi/nvidia-smi"
-for tool in bash env sed grep head tail cut tr wc date hostname mkdir realpath timeout cat dirname ctest; do
+for tool in bash env sed grep head tail cut tr wc date hostname mkdir mv realpath timeout cat dirname ctest; do
   path=$(command -v "$tool" 2>/dev/null) && [ -f "$path" ] && ln -sf "$path" "$work/nosmi/$tool" && ln -sf "$path" "$work/smi/$tool"
 done
 # The interpreter itself, not a version manager's shim (which needs the full PATH).
@@ -58,6 +58,11 @@ expect_failure "missing bundle folder" "does not exist" run "$work/smi" --bundle
 mkdir -p "$work/empty"
 expect_failure "a folder that is no bundle" "not a cohort GPU bundle" run "$work/smi" --bundle "$work/empty"
 make_bundle "$work/ok" 1 2.28.9
+# A packed library (gpu-bundle.sh packs those over 8 MiB): unpacked next to the report, by
+# python3's lzma here (this PATH has no xz).
+mkdir -p "$work/ok/lib"
+printf 'packed library\n' | python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.compress(sys.stdin.buffer.read()))' \
+  >"$work/ok/lib/libexample.so.1.xz"
 expect_failure "no nvidia-smi" "nvidia-smi is not installed" run "$work/nosmi" --bundle "$work/ok"
 make_bundle "$work/old-driver" 0 2.28.9
 expect_failure "GPUs CUDA cannot use" "nvidia-smi sees GPUs but CUDA cannot use them" \
@@ -69,6 +74,9 @@ if command -v ctest >/dev/null; then
   expect_failure "ctest finds no GPU test" "ctest -L gpu: FAIL" run "$work/smi" --bundle "$work/ok"
   grep -q "No tests were found" "$work/out/ctest-gpu.log" ||
     { echo "FAIL ctest finds no GPU test: its log does not say so"; failures=$((failures + 1)); }
+fi
+if [ "$(cat "$work/out/lib/libexample.so.1" 2>/dev/null)" != "packed library" ]; then
+  echo "FAIL: the packed library was not unpacked into $work/out/lib"; failures=$((failures + 1))
 fi
 [ -s "$work/out/gpu-report.md" ] || { echo "FAIL: no report written"; failures=$((failures + 1)); }
 exit $failures
