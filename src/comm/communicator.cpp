@@ -5,7 +5,7 @@
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/error.hpp>
-#include <cohort/memory/memory_report.hpp>
+#include <cohort/core/format.hpp>
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,6 @@
 #include <cohort/launch/tcp_store.hpp>
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 
 #include "tcp_protocol.hpp"
@@ -26,7 +27,6 @@ namespace tcp = detail::tcp;
 
 // How much longer than a request's own timeout a client waits for the reply.
 constexpr Milliseconds kReplyGrace = std::chrono::seconds(5);
-constexpr const char* kTokenVariable = "COHORT_STORE_TOKEN";
 
 std::uint64_t to_wire_ms(Milliseconds timeout) noexcept {
   return timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
@@ -148,7 +148,7 @@ std::invoke_result_t<Decode, tcp::MessageReader&> TcpStore::Impl::call(const tcp
         const std::string reason(reader.bytes());
         const std::string hint = reason.find("token") == std::string::npos
                                      ? std::string()
-                                     : std::string("; set ") + kTokenVariable +
+                                     : "; set " + std::string(env::kStoreToken) +
                                            " (or TcpStoreOptions::token) to the server's token";
         COHORT_FAIL(Error, description + " refused this client: " + reason + hint);
       }
@@ -181,7 +181,7 @@ void TcpStore::Impl::connect() {
   tcp::Request hello;
   hello.opcode = tcp::Opcode::hello;
   hello.version = tcp::kProtocolVersion;
-  hello.token = options.token.value_or(std::string());
+  hello.token = options.token;
   call(hello, Milliseconds::zero(), [](tcp::MessageReader&) {});
 }
 
@@ -208,15 +208,11 @@ TcpStore::TcpStore(TcpStoreOptions options)
     : Store(options.timeout), impl_(std::make_shared<Impl>()) {
   COHORT_EXPECTS(options.port >= (options.start_server ? 0 : 1) && options.port <= 65535,
                  "TcpStore port " + std::to_string(options.port) + " is out of range");
-  if (!options.token) {
-    const char* from_environment = std::getenv(kTokenVariable);
-    options.token = from_environment != nullptr ? from_environment : "";
-  }
   if (options.start_server) {
     TcpStoreServerOptions server_options;
     server_options.host = options.server_host;
     server_options.port = options.port;
-    server_options.token = *options.token;
+    server_options.token = options.token;
     server_options.max_message_bytes = options.max_message_bytes;
     impl_->server = std::make_shared<TcpStoreServer>(std::move(server_options));
     options.host = local_address_of(options.server_host);

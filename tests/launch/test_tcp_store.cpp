@@ -2,6 +2,7 @@
 // bytes, tokens, a server owned by a client, and clients that fail instead of hanging.
 
 #include <cohort/core/error.hpp>
+#include <cohort/launch/rendezvous.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
 #include "support/test_helpers.hpp"
@@ -43,7 +44,7 @@ TcpStoreServerOptions local_server(std::string token = {}) {
   return options;
 }
 
-TcpStoreOptions client_of(int port, std::optional<std::string> token = std::string()) {
+TcpStoreOptions client_of(int port, std::string token = std::string()) {
   TcpStoreOptions options;
   options.host = "127.0.0.1";
   options.port = port;
@@ -77,7 +78,7 @@ std::string frame(const std::string& payload) {
   return u32le(static_cast<std::uint32_t>(payload.size())) + payload;
 }
 
-const std::string kHello = frame("\x01" + u64le(1) + field(""));
+const std::string kHello = frame(std::string(1, '\x01').append(u64le(1)).append(field("")));
 const std::string kOkReply = frame(std::string(1, '\0'));
 
 /// A TCP connection that speaks whatever bytes a test gives it.
@@ -323,24 +324,22 @@ TEST(TcpStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   EXPECT_EQ(right.get("k"), "v");
 }
 
-TEST(TcpStoreTest, TokenComesFromTheEnvironmentWhenUnset) {
+TEST(TcpStoreTest, ConnectStoreTakesTheTokenFromTheEnvironment) {
   TcpStoreServer server(local_server("from-env"));
-  const char* previous = std::getenv("COHORT_STORE_TOKEN");
-  const std::optional<std::string> saved =
-      previous != nullptr ? std::optional<std::string>(previous) : std::nullopt;
-  ::setenv("COHORT_STORE_TOKEN", "from-env", 1);
-  auto connect = [&] {
-    TcpStore store(client_of(server.port(), std::nullopt));
-    store.set("k", "v");
+  LaunchInfo info;
+  info.rank = 1;
+  info.world_size = 2;
+  info.master_port = server.port();
+  info.store_is_external = true;
+  auto connect = [&](std::string token) {
+    const EnvLookup lookup = [token](std::string_view name) -> std::optional<std::string> {
+      if (name == "COHORT_STORE_TOKEN") return token;
+      return std::nullopt;
+    };
+    connect_store(info, lookup, std::chrono::seconds(5))->set("k", "v");
   };
-  EXPECT_NO_THROW(connect());
-  ::setenv("COHORT_STORE_TOKEN", "other", 1);
-  EXPECT_THROW(connect(), Error);
-  if (saved) {
-    ::setenv("COHORT_STORE_TOKEN", saved->c_str(), 1);
-  } else {
-    ::unsetenv("COHORT_STORE_TOKEN");
-  }
+  EXPECT_NO_THROW(connect("from-env"));
+  EXPECT_THROW(connect("other"), Error);
 }
 
 TEST(TcpStoreTest, StartServerOnPortZeroAndClone) {
