@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <thread>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -216,15 +218,23 @@ TEST(Communicator, SplitByParityWithReversedKeys) {
 
 TEST(Communicator, StreamOrderingWithoutWaiting) {
   // Compute on one host stream, communicate on another joined by events, never blocking the
-  // issuing thread: the pattern of gradient buckets overlapped with backward.
+  // issuing thread: the pattern of gradient buckets overlapped with backward. The compute task
+  // does not finish until the issuing thread has issued everything, so a call that waited for
+  // the compute stream would hold it up: the task gives up after 20 s and says so.
   cohort::run_local(
       4,
       [](cohort::World& world) {
         const cohort::Stream compute = cohort::Stream::create(cohort::Device::host());
         const cohort::Stream comm = cohort::Stream::create(cohort::Device::host());
         std::vector<float> grads(4096, 0.0f);
+        std::mutex mutex;
+        std::condition_variable changed;
+        bool issued = false;
+        bool issuer_was_blocked = false;
         compute.enqueue([&] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::unique_lock lock(mutex);
+          issuer_was_blocked =
+              !changed.wait_for(lock, std::chrono::seconds(20), [&] { return issued; });
           std::fill(grads.begin(), grads.end(), static_cast<float>(world.rank()));
         });
         cohort::Event produced = cohort::Event::create(cohort::Device::host());
@@ -237,7 +247,14 @@ TEST(Communicator, StreamOrderingWithoutWaiting) {
         compute.wait(reduced);
         float seen = -1.0f;
         compute.enqueue([&] { seen = grads[17]; });
+        EXPECT_FALSE(work.done()) << "the all-reduce finished before its input was produced";
+        {
+          std::lock_guard lock(mutex);
+          issued = true;
+        }
+        changed.notify_all();
         compute.synchronize();
+        EXPECT_FALSE(issuer_was_blocked) << "issuing the collective waited for the compute stream";
         EXPECT_EQ(seen, 6.0f);  // 0 + 1 + 2 + 3
         EXPECT_TRUE(work.done());
         EXPECT_GT(work.sequence(), 0u);
@@ -251,7 +268,7 @@ TEST(Communicator, BadArgumentsAreClearErrorsAndChangeNothing) {
       2,
       [](cohort::World& world) {
         const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
-        std::vector<float> a(8), b(7);
+        std::vector<float> a(8, 1.0f), b(7, 5.0f);
         try {
           world.comm().all_reduce(std::span<float>(a), std::span<float>(b),
                                   cohort::ReduceOp::sum, stream);
@@ -280,8 +297,11 @@ TEST(Communicator, BadArgumentsAreClearErrorsAndChangeNothing) {
                                                                 cohort::Device::cuda(0)),
                                              cohort::ReduceOp::sum, stream),
                      cohort::InvalidArgument);
-        // Nothing was issued: the sequence numbers still agree, and a real call works.
-        std::fill(a.begin(), a.end(), 1.0f);
+        // Nothing was written and nothing was issued: the sequence numbers still agree, and a
+        // real call works.
+        stream.synchronize();
+        EXPECT_EQ(a, std::vector<float>(8, 1.0f));
+        EXPECT_EQ(b, std::vector<float>(7, 5.0f));
         world.comm().all_reduce(std::span<float>(a), cohort::ReduceOp::sum, stream).wait();
         stream.synchronize();
         EXPECT_EQ(a[0], 2.0f);

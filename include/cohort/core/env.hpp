@@ -70,6 +70,14 @@ inline constexpr std::string_view kMasterAddr = "COHORT_MASTER_ADDR";
 inline constexpr std::string_view kMasterPort = "COHORT_MASTER_PORT";
 /// Id shared by the ranks of one run and different between runs; overrides any launcher's.
 inline constexpr std::string_view kRunId = "COHORT_RUN_ID";
+/// How many times cohortrun has restarted the run (0 for the first attempt).
+inline constexpr std::string_view kRestartCount = "COHORT_RESTART_COUNT";
+
+// ---- Checkpoints ---------------------------------------------------------------------------------
+
+/// Test hook: kill this process (SIGKILL) at a checkpoint save point: shard_written,
+/// before_rename or before_latest, optionally followed by `:<rank>`.
+inline constexpr std::string_view kCheckpointCrashAt = "COHORT_CHECKPOINT_CRASH_AT";
 
 // ---- Programs -----------------------------------------------------------------------------------
 

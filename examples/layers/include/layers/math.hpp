@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 namespace layers {
 
@@ -73,6 +75,11 @@ class Math {
   void upload(void* device_destination, const void* host_source, std::size_t bytes);
   /// Copies device memory to the host after the work on the stream, and waits for it.
   void download(void* host_destination, const void* device_source, std::size_t bytes);
+
+  /// Writes `values` to `destination` (f32, or bf16 rounded to nearest even) and waits.
+  void upload_values(const cohort::TensorView& destination, std::span<const float> values);
+  /// Reads `source` (f32 or bf16) as f32 after the work on the stream, and waits.
+  std::vector<float> download_values(const cohort::TensorView& source);
 
   /// About `flops` floating-point operations of real GEMM work on scratch buffers (TF32 tensor
   /// cores on a GPU; cblas on the host): compute sized to a layer, for benchmarks.
