@@ -56,6 +56,13 @@ int wait_for(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/// Whether `pid` (a child) has exited, without reaping it (its status stays for `wait_for`).
+bool has_exited(pid_t pid) {
+  siginfo_t info{};
+  return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid != 0;
+}
+
 /// The train_mlp processes whose parent is `parent` (the ranks cohortrun runs now).
 std::vector<pid_t> ranks_of(pid_t parent) {
   std::vector<pid_t> ranks;
@@ -83,12 +90,19 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
+/// What `latest` names now (empty when there is none yet).
+std::string latest_of(const fs::path& checkpoints) {
+  std::error_code error;
+  if (!fs::exists(checkpoints / "latest", error)) return {};
+  return read_file(checkpoints / "latest");
+}
+
 TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
   const std::string cohortrun = cohort_test::build_path("tools/cohortrun/cohortrun");
   const std::string train_mlp = cohort_test::build_path("examples/train_mlp/train_mlp");
   if (!fs::exists(cohortrun) || !fs::exists(train_mlp)) GTEST_SKIP() << "cohortrun or train_mlp not built";
   cohort_test::TemporaryFolder folder;
-  const std::vector<std::string> model = {"--host", "--steps", "1500", "--hidden", "32", "--layers", "2",
+  const std::vector<std::string> model = {"--host", "--steps", "3000", "--hidden", "32", "--layers", "2",
                                           "--global-batch", "64", "--zero1", "--log-every", "0"};
   auto command = [&](std::vector<std::string> launcher, const std::vector<std::string>& extra) {
     launcher.push_back(train_mlp);
@@ -108,6 +122,7 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
               {"--checkpoint-dir", (folder.path() / "checkpoints").string(), "--checkpoint-every", "5",
                "--params-out", (folder.path() / "resumed.bin").string()}),
       folder.path() / "resumed.log");
+  const fs::path checkpoints = folder.path() / "checkpoints";
   std::mt19937 random(kSeed);
   int interruptions = 0;
   std::vector<pid_t> killed;
@@ -118,10 +133,23 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
          std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
       ranks = ranks_of(launcher);
       std::erase_if(ranks, [&](pid_t pid) { return std::find(killed.begin(), killed.end(), pid) != killed.end(); });
-      if (ranks.size() == 2 || waitpid(launcher, nullptr, WNOHANG) != 0) break;
+      if (ranks.size() == 2 || has_exited(launcher)) break;
     }
     if (ranks.size() != 2) break;  // cohortrun ended (the test fails below) or never restarted
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 500));
+    // Most interruptions wait until this life has published a new checkpoint (training is under
+    // way, whatever the load), then a random 0-200 ms; one in four comes 0-100 ms after the ranks
+    // start (during start-up or loading).
+    if (random() % 4 != 0) {
+      const std::string before = latest_of(checkpoints);
+      for (auto deadline = std::chrono::steady_clock::now() + 60s;
+           latest_of(checkpoints) == before && std::chrono::steady_clock::now() < deadline &&
+           !has_exited(launcher);
+           std::this_thread::sleep_for(5ms)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(random() % 200));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(random() % 100));
+    }
     const pid_t victim = ranks[random() % 2];
     const int signal_number = random() % 2 == 0 ? SIGKILL : SIGTERM;
     if (kill(victim, signal_number) == 0) ++interruptions;

@@ -61,25 +61,28 @@ TEST(EnvDuration, ParsesSecondsAndUnits) {
   EXPECT_EQ(env::parse_duration("T", "500ms"), 500ms);
   EXPECT_EQ(env::parse_duration("T", "10m"), 10min);
   EXPECT_EQ(env::parse_duration("T", "1.5h"), 90min);
-  EXPECT_EQ(env::parse_duration("T", "10ms"), 10ms);
+  EXPECT_EQ(env::parse_duration("T", "1ms"), 1ms);
+  EXPECT_EQ(env::parse_duration("T", "720h"), 720h);
 }
 
 TEST(EnvDuration, RejectsZeroNegativeNanTinyHugeAndUnknownUnits) {
+  // The default range is 1 ms to 30 days (COHORT_TIMEOUT and every other duration variable).
   const std::map<std::string, std::string> cases = {
-      {"", "is not a duration"},       {"abc", "is not a duration"},
-      {"-5", "is negative"},           {"0", "is zero"},
-      {"0ms", "is zero"},              {"nan", "is not a number"},
-      {"inf", "is infinite"},          {"10 minutes", "has an unknown unit"},
-      {"5d", "has an unknown unit"},          {"1ms", "is too short"},
-      {"0.001", "is too short"},       {"1e30", "is too long"},
-      {"9999999999h", "is too long"},  {"1e999", "is out of range"}};
+      {"", "is not a duration"},        {"abc", "is not a duration"},
+      {"-5", "is negative"},            {"0", "is zero"},
+      {"0ms", "is zero"},               {"nan", "is not a number"},
+      {"inf", "is infinite"},           {"10 minutes", "has an unknown unit"},
+      {"5d", "has an unknown unit"},    {"0.5ms", "is too short"},
+      {"1e-9", "is too short"},         {"0.0001", "is too short"},
+      {"721h", "is too long"},          {"3000000h", "is too long"},
+      {"1e30", "is too long"},          {"1e400", "is out of range"}};
   for (const auto& [bad, problem] : cases) {
     try {
       env::parse_duration("COHORT_TIMEOUT", bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const cohort::InvalidArgument& error) {
       EXPECT_THAT(error.what(), HasSubstr("COHORT_TIMEOUT='" + bad + "' " + problem));
-      EXPECT_THAT(error.what(), HasSubstr("from 10 ms to 365 days"));
+      EXPECT_THAT(error.what(), HasSubstr("from 1 ms to 30 days"));
     }
   }
 }

@@ -96,6 +96,10 @@ cohort::Buffer Math::allocate_floats(std::size_t count, cohort::MemoryCategory c
   return allocate_bytes(count * sizeof(float), category);
 }
 
+cohort::Buffer Math::allocate_scratch(std::size_t bytes) {
+  return cohort::Buffer(resource_, bytes, stream_, cohort::MemoryCategory::activations);
+}
+
 cohort::Buffer Math::allocate_bytes(std::size_t bytes, cohort::MemoryCategory category) {
   cohort::Buffer buffer(resource_, std::max<std::size_t>(bytes, 16), category);
   if (device().is_host()) {

@@ -41,9 +41,8 @@ inline constexpr std::string_view kAllowSharedGpu = "COHORT_ALLOW_SHARED_GPU";
 
 // ---- The rendezvous store ---------------------------------------------------------------------
 
-/// Which store the ranks meet through: `tcp` (default), `file:<folder>`, `memory` (one process),
-/// `torch` (a client of PyTorch's TCPStore at the master address; automatic under torchrun's
-/// agent store).
+/// Which store the ranks meet through: `tcp` (default), `file:<folder>` or `memory` (one
+/// process).
 inline constexpr std::string_view kStore = "COHORT_STORE";
 /// Token a client of cohort's TCP store presents and its server requires (default none).
 inline constexpr std::string_view kStoreToken = "COHORT_STORE_TOKEN";
@@ -98,10 +97,12 @@ bool parse_bool(std::string_view name, std::string_view value);
 bool boolean(std::string_view name, bool fallback = false);
 bool boolean(const EnvLookup& lookup, std::string_view name, bool fallback = false);
 
-/// The durations a duration variable accepts: from `min` to `max`, both included.
+/// The durations a duration variable accepts: from `min` to `max`, both included. The default,
+/// 1 ms to 30 days: below, nothing could finish; above, a typo is likelier than a wish, and the
+/// arithmetic on deadlines stays far from overflow.
 struct DurationRange {
-  std::chrono::milliseconds min{std::chrono::milliseconds(10)};
-  std::chrono::milliseconds max{std::chrono::hours(24 * 365)};
+  std::chrono::milliseconds min{std::chrono::milliseconds(1)};
+  std::chrono::milliseconds max{std::chrono::hours(24 * 30)};
 };
 
 /// Parses a duration: a number of seconds (`600`, `0.5`) or a number followed by ms, s, m or h

@@ -44,6 +44,9 @@ class Math {
   /// `count` floats of workspace on the device (zeroed), freed with the buffer.
   cohort::Buffer allocate_floats(std::size_t count,
                                  cohort::MemoryCategory category = cohort::MemoryCategory::activations);
+  /// `bytes` bytes of scratch space from the device's pool, not zeroed, allocated and freed in
+  /// order on `stream()` (Note [Stream-ordered allocation] in memory_resource.hpp).
+  cohort::Buffer allocate_scratch(std::size_t bytes);
   /// `bytes` bytes of workspace on the device (zeroed).
   cohort::Buffer allocate_bytes(std::size_t bytes,
                                 cohort::MemoryCategory category = cohort::MemoryCategory::activations);
