@@ -3,22 +3,47 @@
 #
 #   scripts/test.sh                 # CUDA build for sm_90 when nvcc is found, else host-only
 #   COHORT_PRESET=debug scripts/test.sh
-#   scripts/test.sh -L launch       # extra arguments go to ctest
+#   scripts/test.sh -L launch       # extra arguments go to ctest (and only that preset runs)
 #
 # With the CUDA toolkit present it then builds and tests the host-only preset too, which is how
 # host-only users build cohort (set COHORT_TEST_HOST_ONLY=0 to skip that second build).
+#
+# More stages (docs/reliability.md), each printing its time:
+# - fuzz, in CI (CI=true) or with COHORT_TEST_FUZZ=1: every libFuzzer target for
+#   COHORT_FUZZ_SECONDS (default 30) each; a crash fails the run.
+# - asan and tsan, with COHORT_TEST_SANITIZERS=1 (not yet in CI: docs/reliability.md says why):
+#   the asan preset (AddressSanitizer + UndefinedBehaviorSanitizer) and the tsan preset
+#   (ThreadSanitizer) over the unit, multirank, fault, ddp and optim labels.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
+
+ci=${CI:-false}
+sanitizers=${COHORT_TEST_SANITIZERS:-0}
+fuzz=${COHORT_TEST_FUZZ:-$([ "$ci" = true ] && echo 1 || echo 0)}
 
 ensure_packages
 find_cuda
 preset=$(choose_preset ci)
+# (run_stage runs it in a context where set -e does not apply: every step checks itself.)
 run_preset() {
   echo "cohort: building and testing preset '$1'"
-  build_preset "$1"
+  build_preset "$1" || return 1
   (cd "$cohort_root" && ctest --preset "$1" -j "$(nproc)" "${@:2}")
 }
-if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ] && [ $# -eq 0 ]; then
-  run_preset host-only
+if [ $# -eq 0 ]; then
+  if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
+    run_stage "host-only" run_preset host-only
+  fi
+  run_stage "$preset" run_preset "$preset"
+  if [ "$sanitizers" = 1 ]; then
+    run_stage "asan" run_preset asan
+    # ThreadSanitizer leaves out what docs/reliability.md lists under "TSan subset", with why.
+    run_stage "tsan" run_preset tsan -E "$(tsan_excluded_tests)"
+  fi
+  if [ "$fuzz" = 1 ]; then
+    run_stage "fuzz" run_fuzzers "${COHORT_FUZZ_SECONDS:-30}"
+  fi
+  print_stage_times
+else
+  run_preset "$preset" "$@"
 fi
-run_preset "$preset" "$@"

@@ -9,59 +9,8 @@
 /// The same --seed and --global-batch give the same final parameters (to rounding) on any number
 /// of ranks.
 
-#include "train.hpp"
-
-#include <cohort/comm/world.hpp>
-
-#include <CLI/CLI.hpp>
-
-#include <cstdio>
-#include <fstream>
+#include "cli.hpp"
 
 int main(int argc, char** argv) {
-  train_mlp::TrainOptions options;
-  std::string json;
-  int ranks = 0;
-  bool host = false;
-  CLI::App app{"MLP classifier trained data-parallel with cohort"};
-  app.add_option("--steps", options.steps, "training steps")->check(CLI::PositiveNumber);
-  app.add_option("--global-batch", options.global_batch, "samples per step over all ranks")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seed", options.seed, "seed of the data set and the initial weights");
-  app.add_option("--hidden", options.hidden, "width of the hidden layers")->check(CLI::PositiveNumber);
-  app.add_option("--layers", options.layers, "linear layers")->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", options.optimizer, "sgd (momentum 0.9) or adamw")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  app.add_option("--lr", options.lr, "learning rate (default 0.05 for sgd, 0.002 for adamw)");
-  app.add_flag("--zero1", options.zero1, "ZeRO-1: reduce-scatter gradients, shard optimizer state");
-  app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--log-every", options.log_every, "progress line every this many steps");
-  app.add_option("--json", json, "write the result to this file");
-  app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)");
-  app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
-  CLI11_PARSE(app, argc, argv);
-
-  try {
-    train_mlp::TrainResult result;
-    cohort::WorldOptions world_options;
-    if (host) world_options.backend = cohort::BackendChoice::gloo;
-    if (ranks > 0) {
-      cohort::run_local(ranks, [&](cohort::World& world) {
-        train_mlp::TrainResult mine = train_mlp::train(world, options, stdout);
-        if (world.rank() == 0) result = std::move(mine);
-      }, world_options);
-    } else {
-      cohort::World world = cohort::init(world_options);
-      result = train_mlp::train(world, options, stdout);
-      if (world.rank() != 0) return 0;
-    }
-    if (!json.empty()) {
-      std::ofstream(json) << train_mlp::to_json(result, options).dump(2) << '\n';
-    }
-    return 0;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "train_mlp: %s\n", error.what());
-    return 1;
-  }
+  return train_mlp::run_cli(argc, argv, train_mlp::Model::mlp);
 }

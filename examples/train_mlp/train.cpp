@@ -1,10 +1,15 @@
 #include "train.hpp"
 
+#include <layers/cnn.hpp>
 #include <layers/dataset.hpp>
+#include <layers/images.hpp>
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
+#include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/preemption.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/data/distributed_sampler.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
@@ -23,6 +28,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kFeatures = 32;
 constexpr int kClasses = 10;
+constexpr int kImageSize = 16;
+/// Samples per batch-norm group (Note [Ghost batch norm] in layers/cnn.hpp).
+constexpr int kBatchNormGroup = 8;
 
 std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
                                                   cohort::DataParallel& dp) {
@@ -59,44 +67,46 @@ std::pair<double, double> reduce_stats(cohort::DataParallel& dp, layers::Math& m
   return {host[0], host[1]};
 }
 
-}  // namespace
+/// `count` elements of type T at the start of `buffer`, on the math's device.
+template <typename T>
+cohort::TensorView view_of(const cohort::Buffer& buffer, std::size_t count, const layers::Math& math) {
+  return cohort::TensorView::of(static_cast<T*>(const_cast<void*>(buffer.data())), count,
+                                math.device());
+}
 
-TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* log) {
-  const int ranks = world.size();
-  const int rank = world.rank();
-  COHORT_EXPECTS(options.steps > 0, "--steps must be positive");
-  COHORT_EXPECTS(options.global_batch > 0 && options.global_batch % ranks == 0,
-                 "--global-batch " + std::to_string(options.global_batch) +
-                     " must be a positive multiple of the " + std::to_string(ranks) + " ranks");
-  COHORT_EXPECTS(options.precision == "f32" || options.precision == "bf16",
-                 "--precision " + options.precision + ": use f32 or bf16");
-  COHORT_EXPECTS(options.train_samples >= options.global_batch && options.test_samples >= ranks,
-                 "the training set must hold a global batch and the test set a row per rank");
-  const int local_batch = options.global_batch / ranks;
-  if (log != nullptr && rank != 0) log = nullptr;
-
-  // This rank's shard of every global batch: rows [b G + r L, b G + (r + 1) L) of the training
-  // split for batch b, and its slice of the test split.
-  const layers::GaussianMixture data(layers::MixtureOptions{
-      .features = kFeatures, .classes = kClasses, .clusters_per_class = 4,
-      .centre_spread = 1.0f, .noise = 1.0f, .seed = options.seed});
-  const int batches = options.train_samples / options.global_batch;
+/// Every rank holds the whole training split and its slice of the test split.
+struct Splits {
+  int features = 0;  ///< floats per sample
   std::vector<float> train_x, test_x;
   std::vector<std::int32_t> train_y, test_y;
-  for (int b = 0; b < batches; ++b) {
-    data.append_rows(layers::Split::train,
-                     static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(options.global_batch) +
-                         static_cast<std::uint64_t>(rank * local_batch),
-                     static_cast<std::size_t>(local_batch), train_x, train_y);
-  }
-  const auto test_begin = static_cast<std::uint64_t>(options.test_samples) * static_cast<std::uint64_t>(rank) /
-                          static_cast<std::uint64_t>(ranks);
-  const auto test_end = static_cast<std::uint64_t>(options.test_samples) * static_cast<std::uint64_t>(rank + 1) /
-                        static_cast<std::uint64_t>(ranks);
-  data.append_rows(layers::Split::test, test_begin, test_end - test_begin, test_x, test_y);
+};
 
-  const cohort::Stream stream = cohort::Stream::create(world.device());
-  layers::Math math(stream);
+template <typename Data>
+Splits make_splits(const Data& data, int features, const TrainOptions& options, int rank,
+                   int ranks) {
+  Splits splits;
+  splits.features = features;
+  data.append_rows(layers::Split::train, 0, static_cast<std::size_t>(options.train_samples),
+                   splits.train_x, splits.train_y);
+  const auto test_begin = static_cast<std::uint64_t>(options.test_samples) *
+                          static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(ranks);
+  const auto test_end = static_cast<std::uint64_t>(options.test_samples) *
+                        static_cast<std::uint64_t>(rank + 1) / static_cast<std::uint64_t>(ranks);
+  data.append_rows(layers::Split::test, test_begin, test_end - test_begin, splits.test_x,
+                   splits.test_y);
+  return splits;
+}
+
+/// The training loop for either model (layers::Mlp or layers::Cnn, which share their interface).
+template <typename Network>
+TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* log,
+                const Splits& splits, Network& model, cohort::ParamRegistry& registry,
+                layers::Math& math, const std::string& description) {
+  const int ranks = world.size();
+  const int rank = world.rank();
+  const int local_batch = options.global_batch / ranks;
+  const cohort::Stream& stream = math.stream();
+  const auto& [sample_floats, train_x, test_x, train_y, test_y] = splits;
   auto upload = [&](const auto& host) {
     const std::size_t bytes = host.size() * sizeof(host[0]);
     cohort::Buffer buffer = math.allocate_bytes(bytes);
@@ -105,12 +115,15 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   };
   const cohort::Buffer train_x_dev = upload(train_x), train_y_dev = upload(train_y);
   const cohort::Buffer test_x_dev = upload(test_x), test_y_dev = upload(test_y);
+  cohort::DistributedSampler sampler(
+      {.dataset_size = static_cast<std::uint64_t>(options.train_samples),
+       .batch_per_rank = static_cast<std::uint32_t>(local_batch), .rank = rank, .world_size = ranks,
+       .seed = options.seed, .last_batch = cohort::LastBatch::drop, .resource = nullptr},
+      stream);
+  cohort::Buffer batch_x =
+      math.allocate_floats(static_cast<std::size_t>(local_batch) * static_cast<std::size_t>(sample_floats));
+  cohort::Buffer batch_y = math.allocate_bytes(static_cast<std::size_t>(local_batch) * sizeof(std::int32_t));
 
-  cohort::ParamRegistry registry;
-  layers::Mlp model({.inputs = kFeatures, .hidden = options.hidden, .layers = options.layers,
-                     .classes = kClasses,
-                     .dtype = options.precision == "bf16" ? cohort::DType::bf16 : cohort::DType::f32},
-                    registry);
   cohort::DataParallelOptions dp_options;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.first_bucket_bytes = options.first_bucket_bytes;
@@ -119,7 +132,7 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   dp_options.init = [&](cohort::DataParallel& d) { model.initialise(d, math, options.seed); };
   dp_options.compute_stream = stream;
   cohort::DataParallel dp(world, registry, dp_options);
-  constexpr int kEvalBatch = 1024;
+  const int kEvalBatch = options.model == Model::cnn ? 256 : 1024;
   model.bind(dp, math, std::max(local_batch, kEvalBatch));
   const std::unique_ptr<cohort::Optimizer> optimizer = make_optimizer(options, dp);
   cohort::Buffer stats = math.allocate_bytes(2 * sizeof(double));
@@ -132,29 +145,80 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   result.parameters = model.parameter_count();
   if (log != nullptr) {
     std::fprintf(log,
-                 "train_mlp: %d ranks (%s, %s), %zu parameters (%d layers, hidden %d, %s), global "
+                 "%s: %d ranks (%s, %s), %zu parameters (%s, %s), global "
                  "batch %d (%d per rank), %s%s, %d steps\n",
-                 ranks, result.backend.c_str(), result.device.c_str(), result.parameters,
-                 options.layers, options.hidden, options.precision.c_str(), options.global_batch,
+                 program_name(options.model), ranks, result.backend.c_str(), result.device.c_str(),
+                 result.parameters, description.c_str(), options.precision.c_str(), options.global_batch,
                  local_batch, options.optimizer.c_str(), options.zero1 ? " ZeRO-1" : "",
                  options.steps);
     std::fflush(log);
   }
 
-  const auto features = static_cast<std::size_t>(kFeatures);
+  // Checkpoints: resume from `latest` (an older valid one if it is damaged), save every
+  // --checkpoint-every steps in the background, and on a preemption signal at the next step.
+  // The data position saved is the sampler's, in samples of the epoch over all ranks.
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  std::unique_ptr<cohort::PreemptionWatch> preemption;
+  int first_step = 0;
+  const std::string blob = "seed=" + std::to_string(options.seed);
+  auto state_now = [&](int step) {
+    const cohort::SamplerPosition position = sampler.position();
+    return cohort::TrainingState{step, position.epoch, position.step * sampler.global_batch(), blob};
+  };
+  if (!options.checkpoint_dir.empty()) {
+    checkpoints = std::make_unique<cohort::Checkpointer>(
+        dp, optimizer.get(),
+        cohort::CheckpointOptions{.directory = options.checkpoint_dir,
+                                  .keep_last = options.keep_checkpoints,
+                                  .fallback = true});
+    preemption = std::make_unique<cohort::PreemptionWatch>(world, stream);
+    if (const std::optional<cohort::TrainingState> loaded = checkpoints->load()) {
+      COHORT_EXPECTS(loaded->user_blob == blob,
+                     "the checkpoint in " + options.checkpoint_dir + " was saved with " +
+                         loaded->user_blob + ", not --seed " + std::to_string(options.seed));
+      first_step = static_cast<int>(loaded->step);
+      result.resumed_from = first_step;
+      sampler.seek({loaded->epoch, loaded->data_position / sampler.global_batch()});
+      if (log != nullptr) {
+        std::fprintf(log, "%s: resumed from step %d (%s)\n", program_name(options.model),
+                     first_step, options.checkpoint_dir.c_str());
+        std::fflush(log);
+      }
+    }
+  }
+
+  const auto features = static_cast<std::size_t>(sample_floats);
   const auto start = Clock::now();
   auto window_start = start;
   int window_steps = 0, comm_samples = 0;
-  for (int step = 0; step < options.steps; ++step) {
-    const auto row = static_cast<std::size_t>(step % batches) * static_cast<std::size_t>(local_batch);
+  for (int step = first_step; step < options.steps; ++step) {
+    if (preemption && preemption->agreed()) {
+      checkpoints->save(state_now(step));
+      result.preempted = true;
+      if (log != nullptr) {
+        std::fprintf(log, "%s: preempted; saved step %d and stopped\n", program_name(options.model),
+                     step);
+        std::fflush(log);
+      }
+      return result;
+    }
+    const cohort::SampledBatch batch = sampler.next_batch();
+    sampler.gather(batch, view_of<float>(train_x_dev, train_x.size(), math), features,
+                   view_of<float>(batch_x, batch.size * features, math));
+    sampler.gather(batch, view_of<std::int32_t>(train_y_dev, train_y.size(), math), 1,
+                   view_of<std::int32_t>(batch_y, batch.size, math));
     math.zero(stats.data(), 2 * sizeof(double));
-    model.forward(static_cast<const float*>(train_x_dev.data()) + row * features, local_batch);
-    model.loss_and_backward(static_cast<const std::int32_t*>(train_y_dev.data()) + row,
+    model.forward(static_cast<const float*>(batch_x.data()), local_batch);
+    model.loss_and_backward(static_cast<const std::int32_t*>(batch_y.data()),
                             local_batch, 1.0f / static_cast<float>(local_batch),
                             static_cast<double*>(stats.data()), &dp);
     dp.sync_grads();
     optimizer->step();
     ++window_steps;
+    if (checkpoints && options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0 &&
+        step + 1 < options.steps) {
+      checkpoints->save_async(state_now(step + 1));
+    }
     const bool last = step + 1 == options.steps;
     if (last || (options.log_every > 0 && (step + 1) % options.log_every == 0)) {
       const cohort::StepStats step_stats = dp.last_step_stats();
@@ -176,9 +240,11 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
       window_steps = 0;
     }
   }
+  if (checkpoints) checkpoints->save(state_now(options.steps));
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.samples_per_second = options.steps * static_cast<double>(options.global_batch) / result.seconds;
+  result.samples_per_second =
+      (options.steps - first_step) * static_cast<double>(options.global_batch) / result.seconds;
   result.comm_ms /= std::max(comm_samples, 1);
   result.exposed_ms /= std::max(comm_samples, 1);
 
@@ -201,13 +267,74 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   }
   if (log != nullptr) {
     std::fprintf(log,
-                 "train_mlp: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
+                 "%s: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
                  "samples/s, param checksum %.6f; gradient all-reduce %.3f ms/step, exposed %.3f ms\n",
-                 result.final_loss, result.test_accuracy, options.test_samples, result.seconds,
+                 program_name(options.model), result.final_loss, result.test_accuracy,
+                 options.test_samples, result.seconds,
                  result.samples_per_second, result.param_checksum, result.comm_ms, result.exposed_ms);
     std::fflush(log);
   }
   return result;
+}
+
+}  // namespace
+
+TrainOptions cnn_defaults() {
+  TrainOptions options;
+  options.model = Model::cnn;
+  options.steps = 150;
+  options.global_batch = 128;
+  options.lr = 0.01f;
+  options.train_samples = 12800;
+  options.test_samples = 2048;
+  options.log_every = 25;
+  return options;
+}
+
+const char* program_name(Model model) noexcept {
+  return model == Model::cnn ? "train_cnn" : "train_mlp";
+}
+
+TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* log) {
+  const int ranks = world.size();
+  const int rank = world.rank();
+  COHORT_EXPECTS(options.steps > 0, "--steps must be positive");
+  COHORT_EXPECTS(options.global_batch > 0 && options.global_batch % ranks == 0,
+                 "--global-batch " + std::to_string(options.global_batch) +
+                     " must be a positive multiple of the " + std::to_string(ranks) + " ranks");
+  COHORT_EXPECTS(options.precision == "f32" || options.precision == "bf16",
+                 "--precision " + options.precision + ": use f32 or bf16");
+  COHORT_EXPECTS(options.train_samples >= options.global_batch && options.test_samples >= ranks,
+                 "the training set must hold a global batch and the test set a row per rank");
+  if (log != nullptr && rank != 0) log = nullptr;
+  const cohort::DType dtype = options.precision == "bf16" ? cohort::DType::bf16 : cohort::DType::f32;
+  const cohort::Stream stream = cohort::Stream::create(world.device());
+  layers::Math math(stream);
+  cohort::ParamRegistry registry;
+  if (options.model == Model::mlp) {
+    const Splits splits = make_splits(
+        layers::GaussianMixture({.features = kFeatures, .classes = kClasses,
+                                 .clusters_per_class = 4, .centre_spread = 1.0f, .noise = 1.0f,
+                                 .seed = options.seed}),
+        kFeatures, options, rank, ranks);
+    layers::Mlp model({.inputs = kFeatures, .hidden = options.hidden, .layers = options.layers,
+                       .classes = kClasses, .dtype = dtype},
+                      registry);
+    return run(world, options, log, splits, model, registry, math,
+               std::to_string(options.layers) + " layers, hidden " + std::to_string(options.hidden));
+  }
+  const layers::ShapeImages images({.size = kImageSize, .noise = 0.3f, .seed = options.seed});
+  const Splits splits = make_splits(images, images.pixels(), options, rank, ranks);
+  layers::Cnn model({.image_size = kImageSize, .channels = 1, .width = options.width,
+                     .classes = layers::ShapeImages::kClasses, .bn_group = kBatchNormGroup,
+                     .layout = layers::Layout::nhwc, .dtype = dtype},
+                    registry);
+  COHORT_EXPECTS((options.global_batch / ranks) % kBatchNormGroup == 0,
+                 "--global-batch " + std::to_string(options.global_batch) + " over " +
+                     std::to_string(ranks) + " ranks: each rank's batch must be a multiple of " +
+                     std::to_string(kBatchNormGroup) + " (the batch-norm group)");
+  return run(world, options, log, splits, model, registry, math,
+             "4 convolutions, width " + std::to_string(options.width));
 }
 
 nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
@@ -226,8 +353,10 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["samples_per_second"] = result.samples_per_second;
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
+  out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
                     {"hidden", options.hidden},             {"layers", options.layers},
+                    {"width", options.width},
                     {"optimizer", options.optimizer},       {"lr", options.lr},
                     {"zero1", options.zero1},               {"precision", options.precision},
                     {"train_samples", options.train_samples}, {"test_samples", options.test_samples}};

@@ -1,7 +1,7 @@
 #pragma once
 
-// The training loop of examples/train_mlp, as a function of the world, so that the example's
-// main and the tests run the same code.
+// The training loop of examples/train_mlp and examples/train_cnn, as a function of the world, so
+// that the examples' mains and the tests run the same code.
 
 #include <cohort/comm/world.hpp>
 
@@ -14,12 +14,18 @@
 
 namespace train_mlp {
 
+/// What is trained: the MLP on the Gaussian mixture (train_mlp) or the CNN on the shape images
+/// (train_cnn).
+enum class Model : std::uint8_t { mlp, cnn };
+
 struct TrainOptions {
+  Model model = Model::mlp;
   int steps = 300;
   int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
   std::uint64_t seed = 1;
   int hidden = 256;
   int layers = 3;            ///< linear layers
+  int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
   float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
   bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
@@ -29,7 +35,19 @@ struct TrainOptions {
   int test_samples = 8192;
   std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
   std::size_t first_bucket_bytes = std::size_t{32} << 10;
+  /// Checkpoints: where (empty: none), every how many steps (0: only on preemption and at the
+  /// end), how many to keep. With a folder, the run resumes from its `latest` checkpoint and
+  /// SIGTERM/SIGUSR1 make every rank save and stop at the next step.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  int keep_checkpoints = 2;
 };
+
+/// The options train_cnn starts from: the CNN and its data set sizes and schedule.
+TrainOptions cnn_defaults();
+
+/// "train_mlp" or "train_cnn".
+const char* program_name(Model model) noexcept;
 
 struct TrainResult {
   int ranks = 0;
@@ -47,7 +65,10 @@ struct TrainResult {
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   std::vector<float> params;  ///< every parameter in f32, registration order
+  int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
+  bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
 };
+
 
 /// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
 /// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns

@@ -42,3 +42,8 @@
 #include <cohort/optim/sgd.hpp>
 #include <cohort/optim/sharded_optimizer.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
+#include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/checksum.hpp>
+#include <cohort/checkpoint/manifest.hpp>
+#include <cohort/checkpoint/preemption.hpp>
+#include <cohort/data/distributed_sampler.hpp>

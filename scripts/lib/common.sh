@@ -11,11 +11,14 @@ cohort_packages=(
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
 )
 
-# Installs whichever of cohort_packages are missing. Idempotent: does nothing when all are there.
+# Installs whichever of the given packages (default: cohort_packages) are missing. Idempotent:
+# does nothing when all are there.
 ensure_packages() {
+  local wanted=("$@")
+  [ ${#wanted[@]} -gt 0 ] || wanted=("${cohort_packages[@]}")
   local missing=()
   local package
-  for package in "${cohort_packages[@]}"; do
+  for package in "${wanted[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
       missing+=("$package")
     fi
@@ -67,6 +70,64 @@ choose_preset() {
 # Configures and builds a preset.
 build_preset() {
   local preset=$1
-  cmake --preset "$preset" -S "$cohort_root" >/dev/null
+  cmake --preset "$preset" -S "$cohort_root" >/dev/null || return 1
   cmake --build --preset "$preset" -j "$(nproc)"
+}
+
+# ---- Stages: each prints its time; print_stage_times sums them up. ----
+cohort_stage_times=()
+
+# run_stage NAME COMMAND...: runs COMMAND, then prints how long it took (also when it fails).
+run_stage() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  echo "cohort: stage '$name' starts"
+  local status=0
+  "$@" || status=$?
+  local took=$((SECONDS - start))
+  cohort_stage_times+=("$name ${took}s$([ $status -eq 0 ] || echo " (failed)")")
+  echo "cohort: stage '$name' took ${took} s$([ $status -eq 0 ] || echo ", and failed")"
+  return $status
+}
+
+print_stage_times() {
+  echo "cohort: stage times: ${cohort_stage_times[*]}; total ${SECONDS} s"
+}
+
+# ---- Sanitizers and fuzzers (docs/reliability.md) ----
+
+# Tests ThreadSanitizer does not run, as one ctest -E regex. Each has its reason in
+# docs/reliability.md ("TSan subset").
+tsan_excluded_tests() {
+  local excluded=(
+    "^$"
+  )
+  local IFS='|'
+  echo "${excluded[*]}"
+}
+
+# Builds the libFuzzer targets (clang) and runs each for $1 seconds from its seeds. A crash fails
+# the stage; the input is kept under build/fuzz/artifacts/ to be added to tests/fuzz/regressions/.
+run_fuzzers() {
+  local seconds=$1
+  ensure_packages clang libclang-rt-14-dev || return 1
+  build_preset fuzz || return 1
+  local build="$cohort_root/build/fuzz"
+  local fuzz_dir="$cohort_root/tests/fuzz"
+  local target
+  for target in $(sed -n 's/^set(cohort_fuzz_targets \(.*\))$/\1/p' "$fuzz_dir/CMakeLists.txt"); do
+    local work="$build/corpus/$target" artifacts="$build/artifacts/$target"
+    mkdir -p "$work" "$artifacts" || return 1
+    local dict=()
+    [ -f "$fuzz_dir/$target.dict" ] && dict=("-dict=$fuzz_dir/$target.dict")
+    echo "cohort: fuzzing $target for ${seconds} s"
+    if ! "$build/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -timeout=10 \
+        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/" "${dict[@]}" \
+        "$work" "$fuzz_dir/corpus/$target" 2>&1 | tail -n 25; then
+      echo "cohort: fuzz_$target failed; its input is in $artifacts/: add it to" \
+           "tests/fuzz/regressions/$target/ and fix the bug" >&2
+      return 1
+    fi
+  done
 }

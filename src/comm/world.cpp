@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -237,17 +238,20 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
 }  // namespace
 
 std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what) {
+  // Deadlines from 1 ms to 30 days: below, nothing could finish; above, a typo is likelier than
+  // a wish, and the arithmetic on deadlines stays far from overflow.
+  constexpr double kMaxMillis = 30.0 * 24 * 3'600'000.0;
   auto fail = [&] {
     COHORT_FAIL(InvalidArgument,
                 std::string(what) + "='" + std::string(text) +
-                    "' is not a duration; use seconds (600) or a number with ms, s, m or h "
-                    "(500ms, 90s, 10m, 1h)");
+                    "' is not a duration from 1 millisecond to 30 days; use seconds (600) or a "
+                    "number with ms, s, m or h (500ms, 90s, 10m, 1h)");
   };
   double value = 0.0;
   const char* begin = text.data();
   const char* end = text.data() + text.size();
   const auto [rest, error] = std::from_chars(begin, end, value);
-  if (error != std::errc() || rest == begin || value <= 0.0) {
+  if (error != std::errc() || rest == begin || !std::isfinite(value) || value <= 0.0) {
     fail();
   }
   const std::string_view unit(rest, static_cast<std::size_t>(end - rest));
@@ -263,6 +267,7 @@ std::chrono::milliseconds parse_duration(std::string_view text, std::string_view
   } else {
     fail();
   }
+  if (millis < 1.0 || millis > kMaxMillis) fail();
   return std::chrono::milliseconds(static_cast<std::int64_t>(millis));
 }
 

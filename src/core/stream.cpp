@@ -76,11 +76,25 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
   std::exception_ptr error_;  // of the stream the latest completed recording was on
 };
 
+// Note [Caller-run host streams]
+// A HostExecution::caller stream has no worker: each task runs on the enqueuing thread before
+// enqueue returns, under a recursive mutex (a task may enqueue on its own stream; two threads
+// enqueuing at once still run their tasks one at a time). Its queue is always empty, so markers
+// complete at once, `wait` blocks the caller, and `synchronize` only reports the error. A failed
+// stream rethrows its first error from every later enqueue instead of skipping tasks silently:
+// the caller of a plain host loop never synchronizes, so this is where it learns of the failure.
 class HostStream final : public StreamImpl {
  public:
-  HostStream() : worker_([this] { run(); }) {}
+  explicit HostStream(HostExecution execution) : caller_runs_(execution == HostExecution::caller) {
+    if (!caller_runs_) {
+      worker_ = std::thread([this] { run(); });
+    }
+  }
 
   ~HostStream() override {
+    if (caller_runs_) {
+      return;
+    }
     {
       const std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -92,10 +106,18 @@ class HostStream final : public StreamImpl {
   Device device() const noexcept override { return Device::host(); }
 
   void enqueue(std::function<void()> task) override {
+    if (caller_runs_) {
+      run_on_caller(task);
+      return;
+    }
     push(Task{std::move(task), nullptr, false});
   }
 
   void enqueue_wait(std::function<void()> wait) override {
+    if (caller_runs_) {
+      run_on_caller(wait);
+      return;
+    }
     push(Task{std::move(wait), nullptr, true});
   }
 
@@ -103,6 +125,11 @@ class HostStream final : public StreamImpl {
   /// When the stream is idle the point it marks is reached already, and it runs at once, on the
   /// calling thread.
   void enqueue_marker(std::function<void(std::exception_ptr)> marker) {
+    if (caller_runs_) {
+      const std::lock_guard<std::recursive_mutex> running(caller_mutex_);
+      marker(current_error());
+      return;
+    }
     std::exception_ptr error;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -137,6 +164,13 @@ class HostStream final : public StreamImpl {
   // (worker wakes, waits, wakes the caller), which dominate small collectives on a busy host.
   // `busy_` keeps the worker and the synchronizing thread from running tasks at the same time.
   void synchronize() override {
+    if (caller_runs_) {
+      const std::lock_guard<std::recursive_mutex> running(caller_mutex_);  // a task on another thread
+      if (const std::exception_ptr error = current_error()) {
+        std::rethrow_exception(error);
+      }
+      return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     const std::uint64_t target = enqueued_;
     while (completed_ < target) {
@@ -164,6 +198,41 @@ class HostStream final : public StreamImpl {
     std::function<void(std::exception_ptr)> marker;  // always runs
     bool waits_only = false;  // Note [Waits run by the synchronizing thread]
   };
+
+  std::exception_ptr current_error() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+  /// Note [Caller-run host streams]
+  void run_on_caller(const std::function<void()>& task) {
+    const std::lock_guard<std::recursive_mutex> running(caller_mutex_);
+    if (const std::exception_ptr error = current_error()) {
+      std::rethrow_exception(error);
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      ++enqueued_;
+      busy_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      ++completed_;
+      busy_ = false;
+      if (error && !error_) {
+        error_ = error;
+      }
+    }
+    if (error) {
+      std::rethrow_exception(error);
+    }
+  }
 
   void push(Task task) {
     {
@@ -223,7 +292,9 @@ class HostStream final : public StreamImpl {
   std::exception_ptr error_;
   bool stopping_ = false;
   bool busy_ = false;  // a task is running, on the worker or on a synchronizing thread
-  std::thread worker_;  // last: starts after the state it uses exists
+  const bool caller_runs_;  // Note [Caller-run host streams]
+  std::recursive_mutex caller_mutex_;
+  std::thread worker_;  // started last, in the constructor's body
 };
 
 void HostEvent::record(StreamImpl& stream) {
@@ -268,9 +339,9 @@ float HostEvent::elapsed_ms_since(EventImpl& start) {
 
 // ---- Stream ----
 
-Stream Stream::create(Device device) {
+Stream Stream::create(Device device, HostExecution execution) {
   if (device.is_host()) {
-    return Stream(std::make_shared<detail::HostStream>());
+    return Stream(std::make_shared<detail::HostStream>(execution));
   }
 #if COHORT_WITH_CUDA
   return Stream(detail::make_cuda_stream(device, nullptr));

@@ -32,6 +32,11 @@ std::string BucketPlan::describe() const {
   return text;
 }
 
+BucketPlan arena_layout(const ParamRegistry& registry, int world_size) {
+  return make_bucket_plan(registry, world_size, kDefaultBucketBytes, kDefaultFirstBucketBytes,
+                          kDefaultLastBucketBytes);
+}
+
 BucketPlan make_bucket_plan(const ParamRegistry& registry, int world_size, std::size_t bucket_bytes,
                             std::size_t first_bucket_bytes, std::size_t last_bucket_bytes) {
   COHORT_EXPECTS(!registry.empty(), "cannot plan an arena for an empty parameter registry");

@@ -115,11 +115,11 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
   const std::string text = store.get(key, timeout);
   LinkEstimate agreed;
   const char* end = text.data() + text.size();
-  auto [rest, error] = std::from_chars(text.data(), end, agreed.alpha_us);
-  if (error == std::errc()) {
-    std::tie(rest, error) = std::from_chars(rest + 1, end, agreed.bytes_per_us);
+  std::from_chars_result parsed = std::from_chars(text.data(), end, agreed.alpha_us);
+  if (parsed.ec == std::errc() && parsed.ptr != end) {
+    parsed = std::from_chars(parsed.ptr + 1, end, agreed.bytes_per_us);
   }
-  COHORT_CHECK(error == std::errc() && agreed.bytes_per_us > 0.0, Error,
+  COHORT_CHECK(parsed.ec == std::errc() && agreed.bytes_per_us > 0.0, Error,
                "DataParallel: rank 0's link measurement '" + text + "' under " + key +
                    " cannot be read");
   return agreed;

@@ -66,6 +66,36 @@ BucketSizing given_sizing(const DataParallelOptions& options) {
   return sizing;
 }
 
+/// Checks memory of the caller's own against the arena it must hold (Note [Your own arenas]).
+void check_own_memory(const TensorView& memory, const char* option, const BucketPlan& plan,
+                      Device device) {
+  const std::string what = std::string("DataParallelOptions::") + option;
+  COHORT_EXPECTS(memory.device() == device,
+                 what + " is " + memory.device().to_string() + " memory, but this rank works on " +
+                     device.to_string());
+  COHORT_EXPECTS(memory.dtype() == plan.dtype,
+                 what + " holds " + std::string(to_string(memory.dtype())) +
+                     " elements, but the parameters are " + std::string(to_string(plan.dtype)));
+  COHORT_EXPECTS(memory.count() >= plan.arena_count,
+                 what + " holds " + std::to_string(memory.count()) + " elements, but the arena of " +
+                     std::to_string(plan.world_size) + " rank(s) needs " +
+                     std::to_string(plan.arena_count) +
+                     " (each parameter starts at a multiple of 256 bytes and the total is padded "
+                     "to world size x 256 bytes); allocate arena_layout(registry, "
+                     "world.size()).arena_count elements");
+  COHORT_EXPECTS(reinterpret_cast<std::uintptr_t>(memory.data()) % kArenaAlignmentBytes == 0,
+                 what + " starts at an address that is not a multiple of " +
+                     std::to_string(kArenaAlignmentBytes) +
+                     " bytes; allocate it aligned (std::aligned_alloc(256, ...), cudaMalloc)");
+}
+
+bool overlap(const TensorView& a, const TensorView& b, std::size_t count) {
+  const auto* a_begin = static_cast<const std::byte*>(a.data());
+  const auto* b_begin = static_cast<const std::byte*>(b.data());
+  const std::size_t bytes = count * size_of(a.dtype());
+  return a_begin < b_begin + bytes && b_begin < a_begin + bytes;
+}
+
 /// One step's record of what was issued, with the events that time it.
 struct StepRecord {
   std::uint64_t step = 0;
@@ -88,7 +118,8 @@ struct DataParallel::Impl {
         plan(make_bucket_plan(registry, w.size(), sizing.middle_bytes, sizing.first_bytes,
                               sizing.last_bytes)),
         device(w.device()),
-        compute(options.compute_stream ? *options.compute_stream : Stream::create(device)),
+        compute(options.compute_stream ? *options.compute_stream
+                                       : Stream::create(device, options.host_compute)),
         comm_stream(Stream::create(device)) {}
 
   ~Impl() {
@@ -113,6 +144,19 @@ struct DataParallel::Impl {
   }
 
   const ParamInfo& checked(ParamHandle handle) const { return registry.info(handle); }
+
+  /// Zeroes what lies between the parameters' slots and after the last (Note [Arena layout]).
+  void zero_param_gaps() {
+    std::vector<ArenaSlice> slots = plan.slots;
+    std::sort(slots.begin(), slots.end(),
+              [](const ArenaSlice& a, const ArenaSlice& b) { return a.offset < b.offset; });
+    std::size_t end = 0;
+    for (const ArenaSlice& slot : slots) {
+      detail::fill_zero(params_view().slice(end, slot.offset - end), compute);
+      end = slot.offset + slot.count;
+    }
+    detail::fill_zero(params_view().slice(end, plan.arena_count - end), compute);
+  }
 
   void reset_step() {
     pending.resize(plan.buckets.size());
@@ -246,6 +290,18 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
             "; a 16-bit arena is already reduced in 16 bits");
     s.wire_dtype = s.options.compression == Compression::bf16 ? DType::bf16 : DType::f16;
   }
+  // Memory of the caller's own is checked before any collective, so a bad one fails at once.
+  const std::optional<TensorView>& own_params = s.options.param_memory;
+  const std::optional<TensorView>& own_grads = s.options.grad_memory;
+  if (own_params) {
+    check_own_memory(*own_params, "param_memory", s.plan, s.device);
+  }
+  if (own_grads) {
+    check_own_memory(*own_grads, "grad_memory", s.plan, s.device);
+  }
+  COHORT_EXPECTS(!(own_params && own_grads && overlap(*own_params, *own_grads, s.plan.arena_count)),
+                 "DataParallelOptions::param_memory and grad_memory overlap; give the gradients "
+                 "memory of their own");
   detail::check_same_on_every_rank(world.store(), world.rank(), world.size(),
                                    fingerprint_lines(s.registry, s.options), world.timeout());
 
@@ -257,16 +313,28 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(
       memory->device() == s.device || (s.device.is_host() && memory->host_accessible()),
       "DataParallel: the memory resource " + memory->name() + " is not on " + s.device.to_string());
-  s.param_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::parameters);
-  s.grad_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::gradients);
+  if (own_params) {
+    s.param_data = own_params->data();
+  } else {
+    s.param_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::parameters);
+    s.param_data = s.param_buffer.data();
+  }
+  if (own_grads) {
+    s.grad_data = own_grads->data();
+  } else {
+    s.grad_buffer = Buffer(memory, s.plan.arena_bytes(), MemoryCategory::gradients);
+    s.grad_data = s.grad_buffer.data();
+  }
   if (s.options.compression != Compression::none) {
     s.wire_buffer =
         Buffer(memory, s.plan.arena_count * size_of(s.wire_dtype), MemoryCategory::buckets);
   }
-  s.param_data = s.param_buffer.data();
-  s.grad_data = s.grad_buffer.data();
   s.wire_data = s.wire_buffer.data();
-  detail::fill_zero(s.params_view(), s.compute);
+  if (own_params) {
+    s.zero_param_gaps();  // keep the caller's values
+  } else {
+    detail::fill_zero(s.params_view(), s.compute);
+  }
   detail::fill_zero(s.grads_view(), s.compute);
   s.compute.synchronize();
   if (s.sizing.automatic) {
@@ -325,6 +393,18 @@ void DataParallel::grad_ready(ParamHandle handle) {
   if (s.options.gradient_sync == GradientSync::all_reduce) {
     s.issue_ready_buckets();
   }
+}
+
+void DataParallel::grad_ready(ParamHandle handle, const Stream& written_on) {
+  Impl& s = *impl_;
+  s.checked(handle);
+  COHORT_EXPECTS(written_on.device() == s.device,
+                 "grad_ready: the gradient's stream is on " + written_on.device().to_string() +
+                     " but this rank works on " + s.device.to_string());
+  Event written = Event::create(s.device);
+  written.record(written_on);
+  s.compute.wait(written);
+  grad_ready(handle);
 }
 
 void DataParallel::sync_grads() {

@@ -209,6 +209,58 @@ Request decode_request(std::string_view payload) {
   return request;
 }
 
+FrameScan scan_frame(std::string_view input, std::size_t max_payload) noexcept {
+  FrameScan scan;
+  if (input.size() < kLengthBytes) return scan;
+  scan.length = decode_length(input);
+  if (scan.length > max_payload) {
+    scan.state = FrameScan::State::too_long;
+  } else if (input.size() - kLengthBytes >= scan.length) {
+    scan.state = FrameScan::State::complete;
+  }
+  return scan;
+}
+
+Reply decode_reply(Opcode opcode, std::string_view payload) {
+  MessageReader reader(payload);
+  Reply reply;
+  const std::uint8_t status = reader.u8();
+  reply.status = static_cast<Status>(status);
+  switch (reply.status) {
+    case Status::ok:
+      switch (opcode) {
+        case Opcode::get:
+        case Opcode::compare_set:
+          reply.value = reader.bytes();
+          break;
+        case Opcode::add:
+          reply.number = reader.i64();
+          break;
+        case Opcode::check:
+        case Opcode::remove:
+          reply.flag = reader.u8() != 0;
+          break;
+        case Opcode::hello:
+        case Opcode::set:
+        case Opcode::wait:
+          break;
+      }
+      break;
+    case Status::timeout:
+      reply.keys = reader.key_list();
+      break;
+    case Status::invalid_argument:
+    case Status::error:
+    case Status::refused:
+      reply.message = reader.bytes();
+      break;
+    default:
+      throw DecodeError("unknown status " + std::to_string(status));
+  }
+  reader.expect_end();
+  return reply;
+}
+
 std::string format_address(std::string_view host, int port) {
   const bool ipv6 = host.find(':') != std::string_view::npos;
   std::string text;
@@ -248,8 +300,10 @@ struct AddrInfoDeleter {
 };
 using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-/// getaddrinfo for a TCP `host:port`; sets `error` and returns null on failure.
-AddrInfoList resolve(const std::string& host, int port, int flags, std::string& error) {
+/// getaddrinfo for a TCP `host:port`; sets `error` (and `*permanent` when the name does not
+/// exist, as opposed to a resolver that is temporarily unreachable) and returns null on failure.
+AddrInfoList resolve(const std::string& host, int port, int flags, std::string& error,
+                     bool* permanent = nullptr) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;  // IPv4 and IPv6
   hints.ai_socktype = SOCK_STREAM;
@@ -259,6 +313,13 @@ AddrInfoList resolve(const std::string& host, int port, int flags, std::string& 
   if (rc != 0) {
     error = "cannot resolve " + format_address(host, port) + ": " +
             (rc == EAI_SYSTEM ? system_error_text(errno) : std::string(::gai_strerror(rc)));
+    if (permanent != nullptr) {
+#ifdef EAI_NODATA
+      *permanent = rc == EAI_NONAME || rc == EAI_FAIL || rc == EAI_NODATA;
+#else
+      *permanent = rc == EAI_NONAME || rc == EAI_FAIL;
+#endif
+    }
     return nullptr;
   }
   return AddrInfoList(list);
@@ -267,8 +328,8 @@ AddrInfoList resolve(const std::string& host, int port, int flags, std::string& 
 }  // namespace
 
 UniqueFd try_connect(const std::string& host, int port, Clock::time_point deadline,
-                     std::string& error) {
-  const auto addresses = resolve(host, port, 0, error);
+                     std::string& error, bool* permanent) {
+  const auto addresses = resolve(host, port, 0, error, permanent);
   if (!addresses) return {};
   for (const addrinfo* entry = addresses.get(); entry != nullptr; entry = entry->ai_next) {
     UniqueFd fd(::socket(entry->ai_family, entry->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,

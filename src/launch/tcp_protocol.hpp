@@ -16,6 +16,12 @@ namespace cohort::detail::tcp {
 
 inline constexpr std::uint64_t kProtocolVersion = 1;
 inline constexpr std::size_t kLengthBytes = 4;
+/// The largest payload a server reads before HELLO: opcode, version, the token's length and the
+/// token. Keeps what an unauthenticated connection can make the server hold to a few KiB
+/// (Note [TCP store admission] in tcp_server_loop.cpp).
+inline constexpr std::size_t kMaxHelloPayloadBytes = 4096;
+/// The longest token a HELLO can carry within kMaxHelloPayloadBytes.
+inline constexpr std::size_t kMaxTokenBytes = kMaxHelloPayloadBytes - 1 - 8 - 4;
 
 enum class Opcode : std::uint8_t {
   hello = 1,
@@ -98,6 +104,31 @@ std::string encode_request(const Request& request);
 /// @throws DecodeError on an unknown opcode, a field past the end or trailing bytes.
 Request decode_request(std::string_view payload);
 
+/// Where the first frame of a byte stream stands.
+struct FrameScan {
+  enum class State { incomplete, complete, too_long } state = State::incomplete;
+  std::uint32_t length = 0;  ///< the payload length, once the prefix has arrived
+};
+
+/// Looks at the start of `input`: a whole frame (prefix and payload) is `complete`; a prefix
+/// announcing more than `max_payload` bytes is `too_long` (the receiver closes the connection);
+/// else more bytes are needed.
+FrameScan scan_frame(std::string_view input, std::size_t max_payload) noexcept;
+
+/// A reply, decoded. Which fields matter depends on the status and the request's opcode.
+struct Reply {
+  Status status = Status::ok;
+  std::string value;              ///< ok to GET or CAS
+  std::int64_t number = 0;        ///< ok to ADD
+  bool flag = false;              ///< ok to CHECK (all present) or DELETE (existed)
+  std::vector<std::string> keys;  ///< timeout: the keys still missing
+  std::string message;            ///< invalid_argument, error, refused
+};
+
+/// Decodes the reply to a request with `opcode`.
+/// @throws DecodeError on an unknown status, a field past the end or trailing bytes.
+Reply decode_reply(Opcode opcode, std::string_view payload);
+
 /// "host:port", with brackets around an IPv6 host.
 std::string format_address(std::string_view host, int port);
 
@@ -105,9 +136,10 @@ std::string format_address(std::string_view host, int port);
 std::string socket_address(int fd, bool peer);
 
 /// A non-blocking, close-on-exec TCP socket connected to `host:port` with TCP_NODELAY set,
-/// trying each address getaddrinfo gives. Returns an invalid fd and sets `error` on failure.
+/// trying each address getaddrinfo gives. Returns an invalid fd and sets `error` on failure;
+/// sets `*permanent` when retrying cannot help (the host name does not resolve).
 UniqueFd try_connect(const std::string& host, int port, Clock::time_point deadline,
-                     std::string& error);
+                     std::string& error, bool* permanent = nullptr);
 
 /// A non-blocking listening socket bound to `host:port` with SO_REUSEADDR.
 /// @throws Error naming the address and the system's reason.

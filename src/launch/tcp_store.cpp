@@ -1,17 +1,19 @@
 #include <cohort/launch/tcp_store.hpp>
 
 #include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
 
 #include "tcp_protocol.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <type_traits>
+#include <optional>
 #include <utility>
 
 // The client side of the TCP store; the wire format is Note [TCP store protocol]
@@ -27,6 +29,8 @@ namespace tcp = detail::tcp;
 // How much longer than a request's own timeout a client waits for the reply.
 constexpr Milliseconds kReplyGrace = std::chrono::seconds(5);
 constexpr const char* kTokenVariable = "COHORT_STORE_TOKEN";
+// How often a client still trying to reach the server says so (Note [Connecting to the store]).
+constexpr auto kProgressEvery = std::chrono::seconds(5);
 
 std::uint64_t to_wire_ms(Milliseconds timeout) noexcept {
   return timeout.count() <= 0 ? 0 : static_cast<std::uint64_t>(timeout.count());
@@ -50,12 +54,15 @@ struct TcpStore::Impl {
   std::string exchange(std::string_view request, Clock::time_point deadline, Milliseconds budget,
                        std::string& reply);
 
-  /// Sends `request`, waits for the reply (up to `timeout` + a grace) and returns what `decode`
-  /// makes of an OK reply's fields. Other statuses throw TimeoutError (naming the missing keys,
-  /// with `timeout`), InvalidArgument or Error.
-  template <typename Decode>
-  std::invoke_result_t<Decode, tcp::MessageReader&> call(const tcp::Request& request,
-                                                         Milliseconds timeout, Decode decode);
+  /// Sends `request` and waits for the reply (up to `timeout` + a grace), with the mutex held.
+  /// @throws Error (and marks the connection broken) when the exchange fails or the reply is
+  ///         malformed.
+  tcp::Reply round_trip(const tcp::Request& request, Milliseconds timeout);
+  /// `reply` when its status is OK; else throws TimeoutError (naming the missing keys, with
+  /// `timeout`), InvalidArgument, or Error (the server's message; a refusal with a token hint).
+  tcp::Reply expect_ok(tcp::Reply reply, Milliseconds timeout) const;
+  /// round_trip then expect_ok, under the mutex.
+  tcp::Reply call(const tcp::Request& request, Milliseconds timeout);
 };
 
 std::string TcpStore::Impl::exchange(std::string_view request, Clock::time_point deadline,
@@ -104,56 +111,21 @@ std::string TcpStore::Impl::exchange(std::string_view request, Clock::time_point
   return receive(reply.data(), reply.size());
 }
 
-template <typename Decode>
-std::invoke_result_t<Decode, tcp::MessageReader&> TcpStore::Impl::call(const tcp::Request& request,
-                                                                       Milliseconds timeout,
-                                                                       Decode decode) {
-  using Result = std::invoke_result_t<Decode, tcp::MessageReader&>;
-  std::lock_guard lock(mutex);
+tcp::Reply TcpStore::Impl::round_trip(const tcp::Request& request, Milliseconds timeout) {
   COHORT_CHECK(broken.empty(), Error,
                description + ": the connection is unusable after an earlier error (" + broken +
                    "); create a new TcpStore");
   const Milliseconds budget = detail::saturating_add(timeout, kReplyGrace);
-  std::string reply;
+  std::string payload;
   if (auto error =
-          exchange(tcp::encode_request(request), detail::deadline_after(budget), budget, reply);
+          exchange(tcp::encode_request(request), detail::deadline_after(budget), budget, payload);
       !error.empty()) {
     broken = error;
     socket.reset();
     COHORT_FAIL(Error, description + ": " + error);
   }
   try {
-    tcp::MessageReader reader(reply);
-    const auto status = static_cast<tcp::Status>(reader.u8());
-    switch (status) {
-      case tcp::Status::ok:
-        if constexpr (std::is_void_v<Result>) {
-          decode(reader);
-          reader.expect_end();
-          return;
-        } else {
-          Result result = decode(reader);
-          reader.expect_end();
-          return result;
-        }
-      case tcp::Status::timeout: {
-        const auto missing = reader.key_list();
-        COHORT_FAIL(TimeoutError, detail::timeout_message(description, missing, timeout));
-      }
-      case tcp::Status::invalid_argument:
-        COHORT_FAIL(InvalidArgument, std::string(reader.bytes()) + " in " + description);
-      case tcp::Status::error:
-        COHORT_FAIL(Error, description + ": " + std::string(reader.bytes()));
-      case tcp::Status::refused: {
-        const std::string reason(reader.bytes());
-        const std::string hint = reason.find("token") == std::string::npos
-                                     ? std::string()
-                                     : std::string("; set ") + kTokenVariable +
-                                           " (or TcpStoreOptions::token) to the server's token";
-        COHORT_FAIL(Error, description + " refused this client: " + reason + hint);
-      }
-    }
-    throw tcp::DecodeError("unknown status " + std::to_string(static_cast<int>(status)));
+    return tcp::decode_reply(request.opcode, payload);
   } catch (const tcp::DecodeError& error) {
     broken = std::string("malformed reply: ") + error.what();
     socket.reset();
@@ -161,28 +133,85 @@ std::invoke_result_t<Decode, tcp::MessageReader&> TcpStore::Impl::call(const tcp
   }
 }
 
+tcp::Reply TcpStore::Impl::expect_ok(tcp::Reply reply, Milliseconds timeout) const {
+  switch (reply.status) {
+    case tcp::Status::ok:
+      return reply;
+    case tcp::Status::timeout:
+      COHORT_FAIL(TimeoutError, detail::timeout_message(description, reply.keys, timeout));
+    case tcp::Status::invalid_argument:
+      COHORT_FAIL(InvalidArgument, reply.message + " in " + description);
+    case tcp::Status::error:
+      COHORT_FAIL(Error, description + ": " + reply.message);
+    case tcp::Status::refused:
+      break;
+  }
+  const std::string hint = reply.message.find("token") == std::string::npos
+                               ? std::string()
+                               : std::string("; set ") + kTokenVariable +
+                                     " (or TcpStoreOptions::token) to the server's token";
+  COHORT_FAIL(Error, description + " refused this client: " + reply.message + hint);
+}
+
+tcp::Reply TcpStore::Impl::call(const tcp::Request& request, Milliseconds timeout) {
+  std::lock_guard lock(mutex);
+  return expect_ok(round_trip(request, timeout), timeout);
+}
+
+// Note [Connecting to the store]
+// Ranks start before the server does, so a refused or unanswered connection is retried (with a
+// growing pause) until connect_timeout, with a progress line every kProgressEvery saying where
+// the client looks and how long is left. A host name that does not resolve is not retried: that
+// is a typo or a missing DNS entry, and waiting ten minutes would only hide it. The HELLO
+// exchange is part of an attempt: a server whose connection table is full may drop a new
+// connection before it reads HELLO (Note [TCP store admission]), and the next attempt gets in.
 void TcpStore::Impl::connect() {
   const auto address = tcp::format_address(options.host, options.port);
+  const auto started = Clock::now();
   const auto deadline = detail::deadline_after(options.connect_timeout);
+  auto next_progress = started + kProgressEvery;
   detail::Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::string error = "no attempt finished";
+  tcp::Request hello;
+  hello.opcode = tcp::Opcode::hello;
+  hello.version = tcp::kProtocolVersion;
+  hello.token = options.token.value_or(std::string());
   for (;;) {
-    socket = tcp::try_connect(options.host, options.port, deadline, error);
-    if (socket.valid()) break;
-    if (Clock::now() >= deadline) {
+    bool permanent = false;
+    socket = tcp::try_connect(options.host, options.port, deadline, error, &permanent);
+    COHORT_CHECK(!permanent, Error,
+                 error + "; check the store address (MASTER_ADDR or --master-addr)");
+    if (socket.valid()) {
+      std::optional<tcp::Reply> reply;
+      try {
+        reply = round_trip(hello, Milliseconds::zero());
+      } catch (const Error&) {
+        error = broken;  // the connection failed: try again
+        broken.clear();
+      }
+      if (reply) {
+        expect_ok(std::move(*reply), Milliseconds::zero());  // a refusal is final
+        return;
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
       COHORT_FAIL(TimeoutError, "could not connect to the store server at " + address + " within " +
                                     std::to_string(options.connect_timeout.count()) +
                                     " ms (last error: " + error +
                                     "); check MASTER_ADDR and MASTER_PORT, and that rank 0 (or " +
                                     "cohort-store) is running and reachable");
     }
-    backoff.sleep(deadline);
+    if (now >= next_progress) {
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - started);
+      const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - now);
+      COHORT_LOG(warn) << "still waiting for the store server at " << address << " after "
+                       << waited.count() << " s (last error: " << error << "); giving up in "
+                       << left.count() << " s";
+      next_progress = now + kProgressEvery;
+    }
+    backoff.sleep(std::min(deadline, next_progress));
   }
-  tcp::Request hello;
-  hello.opcode = tcp::Opcode::hello;
-  hello.version = tcp::kProtocolVersion;
-  hello.token = options.token.value_or(std::string());
-  call(hello, Milliseconds::zero(), [](tcp::MessageReader&) {});
 }
 
 namespace {
@@ -212,6 +241,10 @@ TcpStore::TcpStore(TcpStoreOptions options)
     const char* from_environment = std::getenv(kTokenVariable);
     options.token = from_environment != nullptr ? from_environment : "";
   }
+  COHORT_EXPECTS(options.token->size() <= tcp::kMaxTokenBytes,
+                 "the TCP store token (COHORT_STORE_TOKEN or TcpStoreOptions::token) is " +
+                     std::to_string(options.token->size()) + " bytes long; at most " +
+                     std::to_string(tcp::kMaxTokenBytes) + " are allowed");
   if (options.start_server) {
     TcpStoreServerOptions server_options;
     server_options.host = options.server_host;
@@ -234,31 +267,29 @@ TcpStore::~TcpStore() = default;
 void TcpStore::set(std::string_view key, std::string_view value) {
   auto request = make_request(tcp::Opcode::set, {std::string(key)});
   request.value = value;
-  impl_->call(request, timeout(), [](tcp::MessageReader&) {});
+  impl_->call(request, timeout());
 }
 
 std::string TcpStore::get(std::string_view key, Milliseconds timeout) {
   auto request = make_request(tcp::Opcode::get, {std::string(key)});
   request.timeout_ms = to_wire_ms(timeout);
-  return impl_->call(request, timeout,
-                     [](tcp::MessageReader& reply) { return std::string(reply.bytes()); });
+  return std::move(impl_->call(request, timeout).value);
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   auto request = make_request(tcp::Opcode::wait, keys);
   request.timeout_ms = to_wire_ms(timeout);
-  impl_->call(request, timeout, [](tcp::MessageReader&) {});
+  impl_->call(request, timeout);
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  return impl_->call(make_request(tcp::Opcode::check, keys), timeout(),
-                     [](tcp::MessageReader& reply) { return reply.u8() != 0; });
+  return impl_->call(make_request(tcp::Opcode::check, keys), timeout()).flag;
 }
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
   auto request = make_request(tcp::Opcode::add, {std::string(key)});
   request.delta = delta;
-  return impl_->call(request, timeout(), [](tcp::MessageReader& reply) { return reply.i64(); });
+  return impl_->call(request, timeout()).number;
 }
 
 std::string TcpStore::compare_set(std::string_view key, std::string_view expected,
@@ -266,13 +297,11 @@ std::string TcpStore::compare_set(std::string_view key, std::string_view expecte
   auto request = make_request(tcp::Opcode::compare_set, {std::string(key)});
   request.expected = expected;
   request.value = desired;
-  return impl_->call(request, timeout(),
-                     [](tcp::MessageReader& reply) { return std::string(reply.bytes()); });
+  return std::move(impl_->call(request, timeout()).value);
 }
 
 bool TcpStore::remove(std::string_view key) {
-  return impl_->call(make_request(tcp::Opcode::remove, {std::string(key)}), timeout(),
-                     [](tcp::MessageReader& reply) { return reply.u8() != 0; });
+  return impl_->call(make_request(tcp::Opcode::remove, {std::string(key)}), timeout()).flag;
 }
 
 std::unique_ptr<Store> TcpStore::clone() const {

@@ -41,4 +41,18 @@ LossScalerSnapshot LossScaler::read(const Stream& stream) const {
                             values.last_found_inf != 0};
 }
 
+void LossScaler::restore(const LossScalerSnapshot& snapshot, const Stream& stream) {
+  COHORT_EXPECTS(snapshot.scale > 0.0f && std::isfinite(snapshot.scale),
+                 "a restored loss scale must be positive and finite");
+  COHORT_EXPECTS(snapshot.growth_tracker >= 0 && snapshot.skipped_steps >= 0,
+                 "a restored loss scaler cannot have negative step counts");
+  kernels::LossScalerState values;
+  values.scale = snapshot.scale;
+  values.growth_tracker = snapshot.growth_tracker;
+  values.skipped_steps = snapshot.skipped_steps;
+  values.last_found_inf = snapshot.last_step_skipped ? 1 : 0;
+  stream.synchronize();
+  detail::write_now(state(), &values, sizeof(values), stream);
+}
+
 }  // namespace cohort

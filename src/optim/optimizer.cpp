@@ -244,6 +244,14 @@ std::int64_t OptimizerImpl::steps_taken() const {
   return values.step;
 }
 
+void OptimizerImpl::restore_steps_taken(std::int64_t steps) {
+  COHORT_EXPECTS(steps >= 0, "steps taken cannot be negative: " + std::to_string(steps));
+  kernels::StepScalars values;
+  read_after(&values, scalars(), sizeof(values), target_.stream);
+  values.step = steps;
+  write_now(scalars(), &values, sizeof(values), target_.stream);
+}
+
 std::vector<OptimizerStateView> OptimizerImpl::state() const {
   const Device device = target_.stream.device();
   auto view = [&](const Buffer& buffer) {
@@ -279,6 +287,11 @@ GradNorm Optimizer::clip_grad_norm(float max_norm) {
 float Optimizer::learning_rate() const noexcept { return impl_->lr(); }
 void Optimizer::set_learning_rate(float lr) { impl_->set_lr(lr); }
 std::int64_t Optimizer::steps_taken() const { return impl_->steps_taken(); }
+void Optimizer::restore_steps_taken(std::int64_t steps) { impl_->restore_steps_taken(steps); }
+const char* Optimizer::rule_name() const noexcept {
+  return impl_->config().hyper.rule == kernels::UpdateRule::adamw ? "adamw" : "sgd";
+}
+bool Optimizer::is_sharded() const noexcept { return impl_->config().sharded; }
 std::size_t Optimizer::shard_offset() const noexcept { return impl_->offset(); }
 std::size_t Optimizer::shard_count() const noexcept { return impl_->count(); }
 std::size_t Optimizer::state_bytes() const noexcept { return impl_->state_bytes(); }

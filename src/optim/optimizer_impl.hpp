@@ -34,6 +34,8 @@ class OptimizerImpl {
   void request_clip(float max_norm);
   float read_grad_norm() const;
   std::int64_t steps_taken() const;
+  void restore_steps_taken(std::int64_t steps);
+  const OptimizerConfig& config() const noexcept { return config_; }
   std::vector<OptimizerStateView> state() const;
 
   const OptimizerTarget& target() const noexcept { return target_; }

@@ -1,11 +1,14 @@
 // One rank of the process-based communicator tests. Reads its rank from the environment as any
 // cohort program does (torchrun's variables here), then runs a scenario:
 //   check    all-reduce, all-gather and broadcast, verified; prints "rank R ok"
-//   kill     like check, but rank 2 kills itself (SIGKILL) in the middle of the third all-reduce
-// Exit status: 0 on success, 3 with the error on standard error when a cohort call failed.
+//   kill     like check, but rank 2 kills itself (SIGKILL) in the middle of the third all-reduce:
+//            after issuing it, before it can complete
+// Exit status: 0 on success, 3 with the error on standard error when a cohort call failed, and
+// the line "failed after N ms" timing the failing call from its issue.
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +18,7 @@
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "check";
+  auto issued = std::chrono::steady_clock::now();
   try {
     cohort::WorldOptions options;
     options.backend = cohort::BackendChoice::gloo;
@@ -24,10 +28,13 @@ int main(int argc, char** argv) {
     const int r = world.rank();
     for (int iteration = 0; iteration < 5; ++iteration) {
       std::vector<double> data(1 << 16, r + 1.0);
+      issued = std::chrono::steady_clock::now();
+      cohort::Work work =
+          world.comm().all_reduce(std::span<double>(data), cohort::ReduceOp::sum, stream);
       if (scenario == "kill" && r == 2 && iteration == 2) {
         std::raise(SIGKILL);
       }
-      world.comm().all_reduce(std::span<double>(data), cohort::ReduceOp::sum, stream).wait();
+      work.wait();
       const double expected = n * (n + 1) / 2.0;
       if (data.front() != expected || data.back() != expected) {
         std::fprintf(stderr, "rank %d: all_reduce gave %f, expected %f\n", r, data.front(),
@@ -55,7 +62,10 @@ int main(int argc, char** argv) {
     std::printf("rank %d ok: %s\n", r, world.describe().c_str());
     return 0;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s\n", error.what());
+    const auto elapsed = std::chrono::steady_clock::now() - issued;
+    std::fprintf(stderr, "%s\nfailed after %lld ms\n", error.what(),
+                 static_cast<long long>(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()));
     return 3;
   }
 }

@@ -1,4 +1,8 @@
-// NCCL through run_local on every GPU found: each collective against the host's closed form.
+// NCCL through run_local on every GPU found: each collective against the host's closed form; and
+// two processes sharing one GPU (comm_gpu_worker), so that one GPU is enough to see a wrong op
+// or dtype mapping.
+#include "support/process_ranks.hpp"
+
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 
@@ -8,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace {
@@ -32,8 +37,26 @@ std::vector<T> to_host(const T* device, std::size_t count, const cohort::Stream&
   }
   return host;
 }
+#endif
 
+// Two ranks as processes on the first GPU (each its own NCCL host, sockets over lo): with one
+// rank every collective returns its input, so this is the test that sees the results on a
+// machine with one GPU. If NCCL cannot place them there, the test fails and says why.
+TEST_F(NcclCollectives, TwoProcessesSharingAGpuMatchTheClosedForms) {
+  const auto ranks = cohort_test::run_process_ranks(
+      2, cohort_test::build_path("tests/comm/comm_gpu_worker"), {},
+      {"COHORT_ALLOW_SHARED_GPU=1", "CUDA_VISIBLE_DEVICES=0", "COHORT_TIMEOUT=60s"}, "comm-gpu");
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    ASSERT_TRUE(ranks[r].exited_with(0)) << cohort_test::report(ranks);
+    EXPECT_NE(cohort_test::read_file(ranks[r].output).find("rank " + std::to_string(r) + " ok"),
+              std::string::npos)
+        << cohort_test::report(ranks);
+  }
+}
+
+// Registered in every build, so that a host-only build counts it (and SetUp says why it skips).
 TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
+#if COHORT_WITH_CUDA
   const int gpus = cohort::cuda_device_count();
   cohort::WorldOptions options;
   options.backend = cohort::BackendChoice::nccl;
@@ -110,7 +133,7 @@ TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
         cudaFree(out);
       },
       options);
-}
 #endif
+}
 
 }  // namespace

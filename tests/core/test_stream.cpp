@@ -195,12 +195,68 @@ TEST(HostStream, EventOutlivesItsHandle) {
   SUCCEED();
 }
 
-TEST(Stream, CudaDeviceWithoutCudaIsAClearError) {
-  if (cohort::built_with_cuda()) {
-    GTEST_SKIP() << "built with CUDA; covered by test_stream_gpu";
+// Note [Caller-run host streams]
+TEST(CallerHostStream, RunsEachTaskOnTheCallingThreadBeforeEnqueueReturns) {
+  const cohort::Stream stream =
+      cohort::Stream::create(cohort::Device::host(), cohort::HostExecution::caller);
+  const auto caller = std::this_thread::get_id();
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) {
+    stream.enqueue([&, i] {
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      order.push_back(i);
+      if (i == 1) {
+        stream.enqueue([&] { order.push_back(10); });  // a task may enqueue on its own stream
+      }
+    });
+    EXPECT_EQ(order.back(), i == 1 ? 10 : i) << "task " << i << " had not run when enqueue returned";
   }
-  EXPECT_THROW(cohort::Stream::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
-  EXPECT_THROW(cohort::Event::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 10, 2}));
+  EXPECT_TRUE(stream.ready());
+  cohort::Event done = cohort::Event::create(cohort::Device::host());
+  done.record(stream);
+  EXPECT_TRUE(done.ready());
+}
+
+TEST(CallerHostStream, WaitBlocksTheCallerUntilTheEventCompletes) {
+  const cohort::Stream worker = cohort::Stream::create(cohort::Device::host());
+  const cohort::Stream stream =
+      cohort::Stream::create(cohort::Device::host(), cohort::HostExecution::caller);
+  std::atomic<int> value{0};
+  worker.enqueue([&] {
+    std::this_thread::sleep_for(50ms);
+    value = 42;
+  });
+  cohort::Event produced = cohort::Event::create(cohort::Device::host());
+  produced.record(worker);
+  stream.wait(produced);
+  EXPECT_EQ(value, 42) << "wait returned before the event completed";
+}
+
+TEST(CallerHostStream, AFailedTaskThrowsFromEnqueueAndEveryLaterCall) {
+  const cohort::Stream stream =
+      cohort::Stream::create(cohort::Device::host(), cohort::HostExecution::caller);
+  EXPECT_THROW(stream.enqueue([] { throw std::runtime_error("boom"); }), std::runtime_error);
+  bool ran = false;
+  EXPECT_THROW(stream.enqueue([&] { ran = true; }), std::runtime_error);
+  EXPECT_FALSE(ran);
+  EXPECT_THROW(stream.synchronize(), std::runtime_error);
+  cohort::Event marker = cohort::Event::create(cohort::Device::host());
+  marker.record(stream);
+  EXPECT_THROW(marker.synchronize(), std::runtime_error);
+}
+
+TEST(Stream, CudaDeviceWithoutAGpuIsAClearError) {
+  if (cohort::cuda_device_count() > 0) {
+    GTEST_SKIP() << "a GPU is present; test_stream_gpu covers CUDA streams";
+  }
+  if (cohort::built_with_cuda()) {  // the CUDA runtime reports the missing device
+    EXPECT_THROW(cohort::Stream::create(cohort::Device::cuda(0)), cohort::Error);
+    EXPECT_THROW(cohort::Event::create(cohort::Device::cuda(0)), cohort::Error);
+  } else {
+    EXPECT_THROW(cohort::Stream::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
+    EXPECT_THROW(cohort::Event::create(cohort::Device::cuda(0)), cohort::InvalidArgument);
+  }
 }
 
 }  // namespace

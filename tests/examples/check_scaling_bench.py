@@ -40,6 +40,14 @@ def main(bench, out_dir):
     assert 0.0 < two["efficiency"] <= 1.2, two
     assert two["comm_ms"] > 0 and two["busbw_gbps"] > 0 and two["bytes_per_step"] > 0, two
     assert 0.0 <= two["overlap"] <= 1.0, two
+    # The derived numbers follow from the measured ones: busbw from the bytes and the time
+    # (nccl-tests' all-reduce bus factor 2(n-1)/n; GB/s are 1e9 bytes per second), the overlap
+    # from the exposed and the total communication time.
+    n = two["ranks"]
+    busbw = two["bytes_per_step"] / (two["comm_ms"] * 1e-3) / 1e9 * 2 * (n - 1) / n
+    assert math.isclose(two["busbw_gbps"], busbw, rel_tol=1e-6), (busbw, two)
+    overlap = 1.0 - two["exposed_comm_ms"] / two["comm_ms"]
+    assert math.isclose(two["overlap"], max(0.0, overlap), rel_tol=1e-6, abs_tol=1e-9), (overlap, two)
     # The lost fraction is split exactly three ways.
     parts = two["lost_exposed_comm"] + two["lost_imbalance"] + two["lost_overhead"]
     assert abs(parts - two["lost"]) < 1e-9, two

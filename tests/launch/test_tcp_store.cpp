@@ -4,6 +4,7 @@
 #include <cohort/core/error.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
+#include "support/tcp_store_support.hpp"
 #include "support/test_helpers.hpp"
 
 #include <gtest/gtest.h>
@@ -27,113 +28,20 @@ namespace cohort {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort_test::client_of;
 using cohort_test::contains;
+using cohort_test::field;
+using cohort_test::frame;
+using cohort_test::kHello;
+using cohort_test::kOkReply;
+using cohort_test::local_server;
+using cohort_test::RawClient;
+using cohort_test::u32le;
+using cohort_test::u64le;
 using cohort_test::elapsed_since;
 using cohort_test::message_of;
 using cohort_test::spawn;
 using std::chrono::milliseconds;
-
-constexpr Milliseconds kStoreTimeout = std::chrono::seconds(10);
-
-TcpStoreServerOptions local_server(std::string token = {}) {
-  TcpStoreServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.token = std::move(token);
-  return options;
-}
-
-TcpStoreOptions client_of(int port, std::optional<std::string> token = std::string()) {
-  TcpStoreOptions options;
-  options.host = "127.0.0.1";
-  options.port = port;
-  options.token = std::move(token);
-  options.timeout = kStoreTimeout;
-  options.connect_timeout = std::chrono::seconds(5);
-  return options;
-}
-
-// ---- Raw bytes, written from the protocol's description (Note [TCP store protocol]) ------
-
-std::string u32le(std::uint32_t value) {
-  std::string out;
-  for (int shift = 0; shift < 32; shift += 8)
-    out.push_back(static_cast<char>((value >> shift) & 0xff));
-  return out;
-}
-
-std::string u64le(std::uint64_t value) {
-  std::string out;
-  for (int shift = 0; shift < 64; shift += 8)
-    out.push_back(static_cast<char>((value >> shift) & 0xff));
-  return out;
-}
-
-std::string field(const std::string& bytes) {
-  return u32le(static_cast<std::uint32_t>(bytes.size())) + bytes;
-}
-
-std::string frame(const std::string& payload) {
-  return u32le(static_cast<std::uint32_t>(payload.size())) + payload;
-}
-
-const std::string kHello = frame("\x01" + u64le(1) + field(""));
-const std::string kOkReply = frame(std::string(1, '\0'));
-
-/// A TCP connection that speaks whatever bytes a test gives it.
-class RawClient {
- public:
-  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-    connected_ = ::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
-  }
-  ~RawClient() { ::close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-
-  bool connected() const { return connected_; }
-
-  void send(const std::string& bytes) {
-    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(bytes.size()));
-  }
-
-  /// Up to `size` bytes, waiting at most `timeout`; fewer when the server closes.
-  std::string receive(std::size_t size, Milliseconds timeout) {
-    std::string out;
-    const auto deadline = Clock::now() + timeout;
-    while (out.size() < size) {
-      pollfd entry{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) break;
-      char buffer[4096];
-      const ssize_t got = ::recv(fd_, buffer, std::min(sizeof(buffer), size - out.size()), 0);
-      if (got <= 0) break;
-      out.append(buffer, static_cast<std::size_t>(got));
-    }
-    return out;
-  }
-
-  /// Whether the server closes this connection within `timeout` (replies are read and dropped).
-  bool closed_by_server(Milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      pollfd entry{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) return false;
-      char buffer[4096];
-      const ssize_t got = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
-    }
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
 
 TEST(TcpStoreTest, SixteenClientsAtOnce) {
   constexpr int kClients = 16;
@@ -194,30 +102,73 @@ TEST(TcpStoreTest, BlockingCallsKeepTheirDeadline) {
   EXPECT_EQ(store.port(), server.port());
 }
 
-TEST(TcpStoreTest, ConnectTimeoutNamesHostAndPort) {
-  // A bound socket that never listens: its port refuses connections and nobody else takes it.
-  const int reserved = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = 0;
-  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  ASSERT_EQ(::bind(reserved, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
-  socklen_t length = sizeof(address);
-  ::getsockname(reserved, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
+/// A port on 127.0.0.1 that refuses connections: a bound socket that never listens, so nobody
+/// else takes the port while it is open.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = 0;
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    bound_ = ::bind(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    socklen_t length = sizeof(address);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+  }
+  ~RefusingPort() { ::close(fd_); }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  bool bound() const { return bound_; }
+  int port() const { return port_; }
 
+ private:
+  int fd_;
+  bool bound_ = false;
+  int port_ = 0;
+};
+
+TEST(TcpStoreTest, ConnectTimeoutNamesHostAndPort) {
+  RefusingPort refusing;
+  ASSERT_TRUE(refusing.bound());
+  const int port = refusing.port();
   auto options = client_of(port);
   options.connect_timeout = milliseconds(300);
   const auto start = Clock::now();
   const auto message = message_of<TimeoutError>([&] { TcpStore store(options); });
   const auto waited = elapsed_since(start);
-  ::close(reserved);
   EXPECT_GE(waited, milliseconds(300));
   EXPECT_LT(waited, milliseconds(1300));
   EXPECT_TRUE(contains(message, "127.0.0.1:" + std::to_string(port)));
   EXPECT_TRUE(contains(message, "300 ms"));
   EXPECT_TRUE(contains(message, "refused"));  // the last system error
   EXPECT_TRUE(contains(message, "MASTER_ADDR"));
+}
+
+TEST(TcpStoreTest, AServerNotAnsweringYetGetsAProgressLine) {
+  RefusingPort refusing;
+  ASSERT_TRUE(refusing.bound());
+  auto options = client_of(refusing.port());
+  options.connect_timeout = milliseconds(5600);  // the first progress line comes after 5 s
+  ::testing::internal::CaptureStderr();
+  message_of<TimeoutError>([&] { TcpStore store(options); });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::string expected = "still waiting for the store server at 127.0.0.1:";
+  expected += std::to_string(refusing.port());
+  EXPECT_TRUE(contains(log, expected));
+  EXPECT_TRUE(contains(log, "giving up in"));
+  EXPECT_TRUE(contains(log, "refused"));
+}
+
+TEST(TcpStoreTest, AHostNameThatDoesNotResolveFailsAtOnce) {
+  auto options = client_of(29500);
+  options.host = "no-such-host.invalid";  // RFC 2606: never resolves
+  options.connect_timeout = std::chrono::seconds(30);
+  const auto start = Clock::now();
+  const auto message = message_of<Error>([&] { TcpStore store(options); });
+  EXPECT_LT(elapsed_since(start), milliseconds(10000));  // a resolver's own timeout at most
+  EXPECT_TRUE(contains(message, "cannot resolve no-such-host.invalid:29500")) << message;
+  EXPECT_TRUE(contains(message, "MASTER_ADDR")) << message;
 }
 
 TEST(TcpStoreTest, HelloIsAnsweredInTheDocumentedFormat) {

@@ -5,6 +5,11 @@
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/limit_adaptor.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
 namespace cohort_test {
 namespace {
 
@@ -77,6 +82,27 @@ TEST(HostPool, ReleasesItsCacheAndRetriesWhenTheUpstreamRunsOut) {
   EXPECT_EQ(pool->statistics().cached_bytes, 0u);
   EXPECT_THROW((void)pool->allocate(256), cohort::OutOfMemory);  // nothing left to release
   pool->deallocate(block, 1024);
+}
+
+TEST(HostPool, AStreamOrderedFreeWaitsForTheStreamBeforeReusingTheBlock) {
+  auto pool = std::make_shared<cohort::HostPoolResource>();
+  const auto stream = cohort::Stream::create(cohort::Device::host());
+  auto* block = static_cast<unsigned char*>(pool->allocate(300, stream));
+  std::atomic<bool> written{false};
+  // Work still queued on the stream that uses the block when it is freed.
+  stream.enqueue([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::memset(block, 1, 300);
+    written = true;
+  });
+  pool->deallocate(block, 300, stream);
+  EXPECT_TRUE(written) << "the block went back to the pool while its stream still used it";
+  auto* again = static_cast<unsigned char*>(pool->allocate(300));
+  EXPECT_EQ(again, block) << "the cached block is reused";
+  std::memset(again, 2, 300);
+  stream.synchronize();
+  EXPECT_EQ(again[299], 2) << "the stream wrote into a block that was handed out again";
+  pool->deallocate(again, 300);
 }
 
 TEST(HostPool, RejectsDeviceOnlyUpstreamsAndBadLimits) {

@@ -108,15 +108,19 @@ TEST(CudaResources, AreRefusedWithAReasonWhenNoGpuIsUsable) {
   EXPECT_FALSE(cohort::managed::concurrent_access(0));
 }
 
-TEST(CudaResources, HostOnlyBuildRefusesManagedHints) {
-  if (cohort::built_with_cuda()) {
-    GTEST_SKIP() << "CUDA build: test_memory_gpu covers prefetch and advice";
+TEST(CudaResources, ManagedHintsOnHostMemoryWithoutAGpuAreRefused) {
+  if (cohort::cuda_device_count() > 0) {
+    GTEST_SKIP() << "a GPU is present: test_memory_gpu covers prefetch and advice";
   }
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   cohort::Buffer host(std::make_shared<cohort::HostResource>(), 64);
   EXPECT_THROW(cohort::managed::prefetch(host, cohort::Device::cuda(0), stream),
                cohort::InvalidArgument);
-  EXPECT_THROW(cohort::managed::set_read_mostly(host), cohort::InvalidArgument);
+  if (cohort::built_with_cuda()) {  // not managed memory, or no device to ask: an error either way
+    EXPECT_THROW(cohort::managed::set_read_mostly(host), cohort::Error);
+  } else {
+    EXPECT_THROW(cohort::managed::set_read_mostly(host), cohort::InvalidArgument);
+  }
 }
 
 }  // namespace

@@ -57,12 +57,37 @@ struct ProcessRank {
 };
 
 /// Starts `n` ranks of `program` with `arguments` and extra `environment` ("NAME=value"), waits
-/// for all of them, and returns how each ended. `tag` names the run's output folder.
+/// for all of them, and returns how each ended. `tag` names the run's output folder. The port was
+/// free when picked, but another program may take it before rank 0 listens on it: a run whose
+/// store could not listen for that reason is started again on another port (twice at most).
+inline std::vector<ProcessRank> run_process_ranks_on(int port, int n, const std::string& program,
+                                                     const std::vector<std::string>& arguments,
+                                                     const std::vector<std::string>& environment,
+                                                     const std::string& tag);
+
 inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& program,
                                                   const std::vector<std::string>& arguments,
                                                   const std::vector<std::string>& environment,
                                                   const std::string& tag) {
-  const int port = free_port();
+  for (int attempt = 0;; ++attempt) {
+    const int port = free_port();
+    auto ranks = run_process_ranks_on(port, n, program, arguments, environment, tag);
+    const std::string first = ranks.empty() ? std::string() : read_file(ranks.front().output);
+    std::string at_port(":");  // built in steps: GCC 12's -Wrestrict misreads "a" + s + "b"
+    at_port += std::to_string(port);
+    at_port += ':';
+    const bool port_taken = first.find("cannot listen on") != std::string::npos &&
+                            first.find(at_port) != std::string::npos;
+    if (attempt == 2 || !port_taken) {
+      return ranks;
+    }
+  }
+}
+
+inline std::vector<ProcessRank> run_process_ranks_on(int port, int n, const std::string& program,
+                                                     const std::vector<std::string>& arguments,
+                                                     const std::vector<std::string>& environment,
+                                                     const std::string& tag) {
   const auto folder = std::filesystem::temp_directory_path() /
                       ("cohort-" + tag + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(folder);

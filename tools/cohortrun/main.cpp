@@ -37,6 +37,8 @@ struct Options {
   int master_port = -1;  // -1: not given
   std::string run_id;
   double kill_timeout_seconds = 5.0;
+  double grace_seconds = 30.0;
+  int max_restarts = 0;
   bool no_prefix = false;
   std::vector<std::string> command;
 };
@@ -102,13 +104,21 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
   app.add_option("--kill-timeout", options.kill_timeout_seconds,
                  "Seconds between SIGTERM and SIGKILL when stopping the ranks")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--grace", options.grace_seconds,
+                 "Seconds the ranks have to save and exit after cohortrun passes them a SIGTERM "
+                 "or SIGINT it received, before SIGKILL")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--max-restarts", options.max_restarts,
+                 "Restart every rank, with a fresh store, up to this many times when one fails "
+                 "(not when cohortrun itself is stopped by a signal); one node only")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-prefix", options.no_prefix,
                "Let the ranks write to cohortrun's stdout and stderr directly");
   app.footer(
       "Each rank gets COHORT_RANK, COHORT_WORLD_SIZE, COHORT_LOCAL_RANK, "
       "COHORT_LOCAL_WORLD_SIZE, COHORT_NODE_RANK, COHORT_NUM_NODES, COHORT_MASTER_ADDR, "
-      "COHORT_MASTER_PORT, COHORT_RUN_ID and COHORT_STORE_EXTERNAL=1 (and on one node a "
-      "fresh COHORT_STORE_TOKEN unless one is set).\n"
+      "COHORT_MASTER_PORT, COHORT_RUN_ID, COHORT_RESTART_COUNT and COHORT_STORE_EXTERNAL=1 (and "
+      "on one node a fresh COHORT_STORE_TOKEN unless one is set).\n"
       "Exit status: 0 when every rank succeeds; else the first failing rank's status "
       "(128 + signal when killed); 127 when PROGRAM cannot be run; 2 for usage errors.");
   // Stop at PROGRAM: it and everything after it are the ranks' command line.
@@ -133,6 +143,10 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
                        " is not below --nnodes " + std::to_string(options.nnodes));
   }
   if (options.nnodes > 1) {
+    if (options.max_restarts > 0) {
+      return usage_error("--max-restarts needs --nnodes 1: restarting ranks on several nodes "
+                         "needs every node's launcher to agree (use torchrun's elastic agent)");
+    }
     if (options.master_addr.empty()) {
       return usage_error("--nnodes " + std::to_string(options.nnodes) +
                          " needs --master-addr, the host name or address of node 0 (where the "
@@ -157,11 +171,10 @@ std::vector<std::string> inherited_environment(const std::set<std::string>& repl
   return environment;
 }
 
-int run(Options options) {
+/// One attempt: hosts a fresh store (on node 0), starts every rank of this node, supervises them.
+SuperviseOutcome run_once(Options options, int restart) {
   const bool single_node = options.nnodes == 1;
   const bool hosts_store = options.node_rank == 0;
-  if (options.master_addr.empty()) options.master_addr = "127.0.0.1";
-  if (options.master_port < 0) options.master_port = single_node ? 0 : kDefaultMultiNodePort;
 
   std::optional<std::string> token = getenv_nonempty("COHORT_STORE_TOKEN");
   if (single_node && !token) token = random_hex(16);
@@ -179,7 +192,7 @@ int run(Options options) {
     } catch (const cohort::Error& error) {
       std::cerr << "cohortrun: cannot host the store on " << server_options.host << ":"
                 << options.master_port << ": " << error.what() << "\n";
-      return 1;
+      return SuperviseOutcome{1, 0};
     }
     options.master_port = server->port();
   }
@@ -191,9 +204,10 @@ int run(Options options) {
   }
 
   const std::set<std::string> replaced{
-      "COHORT_RANK",      "COHORT_WORLD_SIZE",     "COHORT_LOCAL_RANK",  "COHORT_LOCAL_WORLD_SIZE",
-      "COHORT_NODE_RANK", "COHORT_NUM_NODES",      "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT",
-      "COHORT_RUN_ID",    "COHORT_STORE_EXTERNAL", "COHORT_STORE_TOKEN"};
+      "COHORT_RANK",        "COHORT_WORLD_SIZE",    "COHORT_LOCAL_RANK",
+      "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK", "COHORT_NUM_NODES",
+      "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT",   "COHORT_RUN_ID",
+      "COHORT_STORE_EXTERNAL", "COHORT_STORE_TOKEN", "COHORT_RESTART_COUNT"};
   const std::vector<std::string> base = inherited_environment(replaced);
   const int world_size = options.nnodes * options.nproc_per_node;
   std::vector<RankSpec> ranks;
@@ -213,6 +227,7 @@ int run(Options options) {
     set("COHORT_MASTER_ADDR", options.master_addr);
     set("COHORT_MASTER_PORT", std::to_string(options.master_port));
     set("COHORT_RUN_ID", options.run_id);
+    set("COHORT_RESTART_COUNT", std::to_string(restart));
     set("COHORT_STORE_EXTERNAL", "1");
     if (token) set("COHORT_STORE_TOKEN", *token);
     ranks.push_back(std::move(spec));
@@ -223,7 +238,32 @@ int run(Options options) {
   supervisor_options.prefix_output = !options.no_prefix;
   supervisor_options.kill_timeout =
       std::chrono::milliseconds(std::llround(options.kill_timeout_seconds * 1000.0));
+  supervisor_options.grace = std::chrono::milliseconds(std::llround(options.grace_seconds * 1000.0));
   return supervise(supervisor_options, ranks);
+}
+
+/// Note [Restarts]: a failed attempt (a rank's non-zero status, including a rank that saved and
+/// stopped after a preemption signal) is followed by a new one while restarts remain, unless
+/// cohortrun itself received SIGINT or SIGTERM (then the machine is going away). Every attempt
+/// gets a new store server, port and run id on one node, so nothing of the failed world's keys
+/// survives; the ranks find their place again by loading the latest checkpoint.
+int run(Options options) {
+  if (options.master_addr.empty()) options.master_addr = "127.0.0.1";
+  if (options.master_port < 0) options.master_port = options.nnodes == 1 ? 0 : kDefaultMultiNodePort;
+  const bool fixed_run_id = !options.run_id.empty();
+  for (int restart = 0;; ++restart) {
+    Options attempt = options;
+    if (!fixed_run_id) attempt.run_id.clear();
+    else if (restart > 0) attempt.run_id += "-restart" + std::to_string(restart);
+    const SuperviseOutcome outcome = run_once(attempt, restart);
+    constexpr int kCannotExecute = 127;  // restarting cannot help
+    if (outcome.status == 0 || outcome.status == kCannotExecute || outcome.received_signal != 0 ||
+        restart >= options.max_restarts) {
+      return outcome.status;
+    }
+    std::cerr << "cohortrun: the run failed with status " << outcome.status << "; restarting every "
+              << "rank (restart " << restart + 1 << " of " << options.max_restarts << ")\n";
+  }
 }
 
 }  // namespace

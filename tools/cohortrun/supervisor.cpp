@@ -90,6 +90,7 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
 
   int run(const std::vector<RankSpec>& specs);
+  int received_signal() const noexcept { return received_signal_; }
 
  private:
   void install_signal_handlers();
@@ -115,6 +116,7 @@ class Supervisor {
   int received_signal_ = 0;
   bool any_rank_failed_ = false;
   std::optional<Clock::time_point> kill_deadline_;
+  std::chrono::milliseconds stop_timeout_{0};  ///< what kill_deadline_ was set from
   std::optional<Clock::time_point> drain_deadline_;
   bool stdout_open_ = true;
   bool stderr_open_ = true;
@@ -250,6 +252,7 @@ void Supervisor::signal_all(int signal_number) {
 void Supervisor::begin_stopping() {
   if (kill_deadline_) return;
   signal_all(SIGTERM);
+  stop_timeout_ = options_.kill_timeout;
   kill_deadline_ = Clock::now() + options_.kill_timeout;
 }
 
@@ -279,7 +282,8 @@ void Supervisor::handle_signals() {
         report(std::string("received ") + (signal_number == SIGINT ? "SIGINT" : "SIGTERM") +
                "; passing it to " + plural(running_count(), "rank"));
         signal_all(signal_number);
-        if (!kill_deadline_) kill_deadline_ = Clock::now() + options_.kill_timeout;
+        stop_timeout_ = options_.grace;
+        if (!kill_deadline_) kill_deadline_ = Clock::now() + options_.grace;
       } else {
         report("received another signal; killing every rank");
         signal_all(SIGKILL);
@@ -375,7 +379,7 @@ int Supervisor::run(const std::vector<RankSpec>& specs) {
     reap();
     if (kill_deadline_ && running_count() > 0 && Clock::now() >= *kill_deadline_) {
       report(plural(running_count(), "rank") + " still running after " +
-             std::to_string(options_.kill_timeout.count()) + " ms; sending SIGKILL");
+             std::to_string(stop_timeout_.count()) + " ms; sending SIGKILL");
       signal_all(SIGKILL);
       kill_deadline_ = Clock::time_point::max();
     }
@@ -434,9 +438,10 @@ int Supervisor::run(const std::vector<RankSpec>& specs) {
 
 }  // namespace
 
-int supervise(const SupervisorOptions& options, const std::vector<RankSpec>& ranks) {
+SuperviseOutcome supervise(const SupervisorOptions& options, const std::vector<RankSpec>& ranks) {
   Supervisor supervisor(options);
-  return supervisor.run(ranks);
+  const int status = supervisor.run(ranks);
+  return SuperviseOutcome{status, supervisor.received_signal()};
 }
 
 }  // namespace cohortrun

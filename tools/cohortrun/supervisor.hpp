@@ -23,8 +23,18 @@ struct SupervisorOptions {
   /// Put "[rank R] " before every line of output (through pipes); otherwise the ranks write to
   /// cohortrun's own stdout and stderr.
   bool prefix_output = true;
-  /// After asking the ranks to stop (SIGTERM), how long to wait before SIGKILL.
+  /// After asking the ranks to stop (SIGTERM) because one failed, how long to wait before
+  /// SIGKILL.
   std::chrono::milliseconds kill_timeout{5000};
+  /// After passing on a SIGTERM or SIGINT that cohortrun received, how long the ranks have to
+  /// save and exit before SIGKILL (a preempted machine's remaining time).
+  std::chrono::milliseconds grace{30000};
+};
+
+/// How one supervised run ended.
+struct SuperviseOutcome {
+  int status = 0;             ///< cohortrun's exit status for this run (below)
+  int received_signal = 0;    ///< SIGINT or SIGTERM when cohortrun itself was asked to stop
 };
 
 /// Runs every rank to the end and returns cohortrun's exit status:
@@ -32,8 +42,8 @@ struct SupervisorOptions {
 /// - the status of the first rank that fails (its exit code, or 128 + the signal that killed
 ///   it), after the others were sent SIGTERM and, past `kill_timeout`, SIGKILL;
 /// - 127 when PROGRAM cannot be executed;
-/// - 128 + the signal when cohortrun received SIGINT or SIGTERM (forwarded to every rank) and a
-///   rank did not exit 0.
+/// - 128 + the signal when cohortrun received SIGINT or SIGTERM (forwarded to every rank, which
+///   then have `grace` before SIGKILL) and a rank did not exit 0.
 ///
 /// Note [Supervising ranks]: each rank runs in its own process group, so that a signal reaches
 /// the whole tree the rank started (a shell and its children) and a terminal's Ctrl-C reaches
@@ -41,6 +51,6 @@ struct SupervisorOptions {
 /// it and on the ranks' output pipes, and `waitpid(WNOHANG)` reaps, so nothing blocks. A rank
 /// also dies with SIGKILL if cohortrun itself dies (PR_SET_PDEATHSIG), so none is orphaned.
 /// The ranks' stdin is /dev/null.
-int supervise(const SupervisorOptions& options, const std::vector<RankSpec>& ranks);
+SuperviseOutcome supervise(const SupervisorOptions& options, const std::vector<RankSpec>& ranks);
 
 }  // namespace cohortrun

@@ -1,38 +1,15 @@
 #include <layers/dataset.hpp>
 
+#include "random.hpp"
+
 #include <cohort/core/error.hpp>
 
 #include <cmath>
 #include <numbers>
 
 namespace layers {
-namespace {
-
-// SplitMix64: a counter-based generator, so any sample can be drawn without the ones before it.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-class Generator {
- public:
-  explicit Generator(std::uint64_t state) : state_(mix(state)) {}
-  std::uint64_t next() { return state_ = mix(state_); }
-  /// Uniform in (0, 1).
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
-  /// Standard normal (Box-Muller).
-  float normal() {
-    const double radius = std::sqrt(-2.0 * std::log(uniform()));
-    return static_cast<float>(radius * std::cos(2.0 * std::numbers::pi * uniform()));
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-}  // namespace
+using detail::Generator;
+using detail::mix;
 
 GaussianMixture::GaussianMixture(const MixtureOptions& options) : options_(options) {
   COHORT_EXPECTS(options.features > 0 && options.classes > 1 && options.clusters_per_class > 0,

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #if COHORT_WITH_CUDA
 #include "math_kernels.hpp"
@@ -93,6 +94,10 @@ Math::~Math() = default;
 
 cohort::Buffer Math::allocate_floats(std::size_t count, cohort::MemoryCategory category) {
   return allocate_bytes(count * sizeof(float), category);
+}
+
+cohort::Buffer Math::allocate_scratch(std::size_t bytes) {
+  return cohort::Buffer(resource_, bytes, stream_, cohort::MemoryCategory::activations);
 }
 
 cohort::Buffer Math::allocate_bytes(std::size_t bytes, cohort::MemoryCategory category) {
@@ -284,6 +289,33 @@ void Math::download(void* host_destination, const void* device_source, std::size
            "cudaMemcpyAsync");
   stream_.synchronize();
 #endif
+}
+
+void Math::upload_values(const cohort::TensorView& destination, std::span<const float> values) {
+  COHORT_EXPECTS_EQ(destination.count(), values.size(), "upload_values: the sizes differ");
+  if (destination.dtype() == cohort::DType::f32) {
+    upload(destination.data(), values.data(), destination.bytes());
+    return;
+  }
+  COHORT_EXPECTS(destination.dtype() == cohort::DType::bf16, "upload_values: f32 or bf16 only");
+  std::vector<cohort::bfloat16> rounded(values.size());
+  std::transform(values.begin(), values.end(), rounded.begin(),
+                 [](float value) { return cohort::bfloat16(value); });
+  upload(destination.data(), rounded.data(), destination.bytes());
+}
+
+std::vector<float> Math::download_values(const cohort::TensorView& source) {
+  std::vector<float> values(source.count());
+  if (source.dtype() == cohort::DType::f32) {
+    download(values.data(), source.data(), source.bytes());
+    return values;
+  }
+  COHORT_EXPECTS(source.dtype() == cohort::DType::bf16, "download_values: f32 or bf16 only");
+  std::vector<cohort::bfloat16> raw(source.count());
+  download(raw.data(), source.data(), source.bytes());
+  std::transform(raw.begin(), raw.end(), values.begin(),
+                 [](cohort::bfloat16 value) { return static_cast<float>(value); });
+  return values;
 }
 
 void Math::gemm_work(double flops) {

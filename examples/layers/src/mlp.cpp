@@ -10,12 +10,6 @@
 #include <string>
 
 namespace layers {
-namespace {
-
-bool is_f32(const cohort::TensorView& view) { return view.dtype() == cohort::DType::f32; }
-
-}  // namespace
-
 Mlp::Mlp(const MlpConfig& config, cohort::ParamRegistry& registry) : config_(config) {
   COHORT_EXPECTS(config.layers >= 1 && config.inputs > 0 && config.hidden > 0 && config.classes > 1,
                  "an MLP needs layers >= 1, inputs > 0, hidden > 0 and classes > 1");
@@ -57,16 +51,8 @@ void Mlp::initialise(cohort::DataParallel& dp, Math& math, std::uint64_t seed) c
     std::vector<float> weights(w.count());
     for (float& value : weights) value = uniform(generator);
     std::vector<float> biases(b.count(), 0.0f);
-    for (const auto& [view, values] : {std::pair{w, &weights}, std::pair{b, &biases}}) {
-      if (is_f32(view)) {
-        math.upload(view.data(), values->data(), view.bytes());
-      } else {
-        std::vector<cohort::bfloat16> rounded(values->size());
-        std::transform(values->begin(), values->end(), rounded.begin(),
-                       [](float value) { return cohort::bfloat16(value); });
-        math.upload(view.data(), rounded.data(), view.bytes());
-      }
-    }
+    math.upload_values(w, weights);
+    math.upload_values(b, biases);
   }
 }
 
@@ -179,17 +165,8 @@ std::vector<float> Mlp::download_parameters() const {
   std::vector<float> values;
   for (const Layer& slot : layers_) {
     for (const cohort::ParamHandle handle : {slot.weight, slot.bias}) {
-      const cohort::TensorView view = dp_->param(handle);
-      const std::size_t start = values.size();
-      values.resize(start + view.count());
-      if (is_f32(view)) {
-        math_->download(values.data() + start, view.data(), view.bytes());
-      } else {
-        std::vector<cohort::bfloat16> raw(view.count());
-        math_->download(raw.data(), view.data(), view.bytes());
-        std::transform(raw.begin(), raw.end(), values.begin() + static_cast<std::ptrdiff_t>(start),
-                       [](cohort::bfloat16 value) { return static_cast<float>(value); });
-      }
+      const std::vector<float> mine = math_->download_values(dp_->param(handle));
+      values.insert(values.end(), mine.begin(), mine.end());
     }
   }
   return values;

@@ -7,6 +7,7 @@
 #include <cohort/core/device.hpp>
 #include <cohort/core/dtype.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/memory/device_span.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,9 @@ std::string_view to_string(CollectiveOp op) noexcept;
 
 /// `count` elements of `dtype` at `data` on `device`. Non-owning: the memory must outlive every
 /// collective that uses the view. Counts are in elements, never bytes.
+///
+///     std::span<float> w = dp.param(w1).span<float>();          // host memory, on the host
+///     cohort::DeviceSpan<float> g = dp.grad(w1).as<float>();    // any memory, for a kernel
 class TensorView {
  public:
   TensorView(void* data, std::size_t count, DType dtype, Device device)
@@ -74,6 +78,29 @@ class TensorView {
   Device device() const noexcept { return device_; }
   std::size_t bytes() const noexcept { return count_ * size_of(dtype_); }
 
+  /// The elements as `T` (const allowed), for a kernel or, on the host, for host code: a typed
+  /// pointer and count on any device.
+  /// @throws InvalidArgument when `T` is not the view's dtype.
+  template <typename T>
+  DeviceSpan<T> as() const {
+    check_element(dtype_of<std::remove_cv_t<T>>(), "as");
+    return DeviceSpan<T>(static_cast<T*>(data_), count_);
+  }
+
+  /// The elements as a `std::span<T>` for host code: the view must be host memory.
+  /// @throws InvalidArgument when `T` is not the view's dtype, or the memory is a CUDA device's
+  ///         (use `as<T>()` in a kernel, or copy it to the host).
+  template <typename T>
+  std::span<T> span() const {
+    check_element(dtype_of<std::remove_cv_t<T>>(), "span");
+    COHORT_EXPECTS(device_.is_host(),
+                   "TensorView::span<" + std::string(to_string(dtype_)) + ">: the view is " +
+                       device_.to_string() +
+                       " memory, which host code cannot read; use as<T>() in a kernel on that "
+                       "device, or copy the elements to the host");
+    return std::span<T>(static_cast<T*>(data_), count_);
+  }
+
   /// Elements [offset, offset + count) of this view.
   TensorView slice(std::size_t offset, std::size_t count) const {
     COHORT_EXPECTS(offset <= count_ && count <= count_ - offset,
@@ -84,6 +111,14 @@ class TensorView {
   }
 
  private:
+  void check_element(DType requested, const char* accessor) const {
+    COHORT_EXPECTS(requested == dtype_,
+                   std::string("TensorView::") + accessor + "<" + std::string(to_string(requested)) +
+                       ">: the view holds " + std::string(to_string(dtype_)) +
+                       " elements; ask for the C++ type of " + std::string(to_string(dtype_)) +
+                       " (for example " + accessor + "<float>() for f32)");
+  }
+
   void* data_;
   std::size_t count_;
   DType dtype_;

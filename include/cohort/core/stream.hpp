@@ -8,15 +8,31 @@
 /// `Event` marks a point in that order, so code written against streams and events (communication
 /// overlapped with compute) runs the same way on both backends.
 ///
+/// A host stream may instead run each task at once on the thread that enqueues it
+/// (`HostExecution::caller`): the order is the same, but nothing is left pending when a call
+/// returns, so the host may read and write the memory the tasks use without synchronizing.
+/// `DataParallel` uses such a stream for host compute unless told otherwise (Note [Host compute
+/// runs on the caller] in data_parallel.hpp).
+///
 /// Both are shared handles: copies refer to the same stream or event, which is destroyed with its
 /// last copy (a host stream first finishes the work enqueued on it).
 
 #include <cohort/core/device.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
 namespace cohort {
+
+/// How a host stream runs its tasks (a CUDA stream is always asynchronous).
+enum class HostExecution : std::uint8_t {
+  /// On the stream's own worker thread, in order, while the enqueuing thread goes on.
+  worker,
+  /// At once, on the thread that enqueues them: `enqueue` returns when the task has run, and a
+  /// `wait` blocks the calling thread until the event has completed.
+  caller,
+};
 
 class Event;
 
@@ -27,10 +43,11 @@ class EventImpl;
 
 class Stream {
  public:
-  /// A new stream on `device`.
+  /// A new stream on `device`; on the host, `execution` says which thread runs its tasks (ignored
+  /// for a CUDA device).
   /// @throws InvalidArgument for a CUDA device when cohort was built without CUDA;
   ///         CudaError when the CUDA stream cannot be created.
-  static Stream create(Device device);
+  static Stream create(Device device, HostExecution execution = HostExecution::worker);
 
   /// A handle to a CUDA stream that the caller created and keeps alive for as long as the handle
   /// is used; cohort never destroys it. `cuda_stream` is a `cudaStream_t`.
@@ -41,7 +58,9 @@ class Stream {
   /// Enqueues `task` after the work already on the stream. On the host it runs on the stream's
   /// worker thread; on CUDA it runs on a CUDA callback thread (`cudaLaunchHostFunc`) and must not
   /// call CUDA. A task that throws fails a host stream: later tasks are skipped and
-  /// `synchronize()` rethrows the first error.
+  /// `synchronize()` rethrows the first error. On a `HostExecution::caller` stream the task runs
+  /// before `enqueue` returns, and the error of a failed stream is rethrown by this call and by
+  /// every later one.
   void enqueue(std::function<void()> task) const;
 
   /// Enqueues a task that only waits for something outside this stream (and may throw to fail

@@ -10,7 +10,9 @@
 /// backward produces first, at offset 0), each starting at a multiple of 256 bytes
 /// (`kArenaAlignmentBytes`). The arena's total is padded up to a multiple of
 /// world size x 256 bytes, so that it splits into `world_size` equal, aligned, contiguous shards
-/// (ZeRO-1). Gaps and padding hold zeros and belong to no parameter.
+/// (ZeRO-1). Gaps and padding hold zeros and belong to no parameter. So the arena's size depends
+/// on the world size: one f32 tensor of 161 elements takes 192 elements (three 256-byte units)
+/// on 1 rank and 256 on 4 (docs/getting-started.md, "Memory").
 ///
 /// Note [Buckets]
 /// Buckets are contiguous slices of the whole (padded) arena, in arena order, covering it exactly.
@@ -32,6 +34,11 @@ namespace cohort {
 
 /// Alignment of every parameter's slice and of every bucket and shard (Note [Arena layout]).
 inline constexpr std::size_t kArenaAlignmentBytes = 256;
+
+/// The default bucket caps (`DataParallelOptions`; Note [Buckets]).
+inline constexpr std::size_t kDefaultBucketBytes = std::size_t{25} << 20;
+inline constexpr std::size_t kDefaultFirstBucketBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kDefaultLastBucketBytes = std::size_t{1} << 20;
 
 /// Elements [offset, offset + count) of an arena.
 struct ArenaSlice {
@@ -62,6 +69,12 @@ struct BucketPlan {
   /// One line per bucket: "bucket 0: [0, 262144) 1.00 MiB, 3 params".
   std::string describe() const;
 };
+
+/// The arena layout alone (slots, used, arena and shard counts; the buckets of the default
+/// caps): what a program that brings its own arena memory needs to allocate and place its
+/// tensors (Note [Your own arenas] in data_parallel.hpp). The slots do not depend on the caps.
+/// @throws InvalidArgument as `make_bucket_plan`.
+BucketPlan arena_layout(const ParamRegistry& registry, int world_size);
 
 /// Plans the arena and its buckets (Notes [Arena layout], [Buckets]).
 /// @throws InvalidArgument for an empty registry, parameters of different dtypes (naming the

@@ -12,12 +12,14 @@
 ///     }});                                           // checks registries, broadcasts rank 0's
 ///     for (int step = 0; step < steps; ++step) {
 ///       dp.zero_grads();                             // on the compute stream
-///       forward(dp.param(w1), dp.param(b1), batch);  // on dp.compute_stream()
-///       backward_fc1(dp.grad(w1), dp.grad(b1));
+///       forward(dp.param(w1), dp.param(b1), batch);  // on dp.compute_stream() (Note [Stream
+///       backward_fc1(dp.grad(w1), dp.grad(b1));      //   contract]; on the host: plain loops)
 ///       dp.grad_ready(b1); dp.grad_ready(w1);        // a full bucket starts its all-reduce now
 ///       dp.sync_grads();                             // compute stream waits for every bucket
 ///       sgd(dp.param_arena(), dp.grad_arena());      // on the compute stream
 ///     }
+///
+/// The whole program, built and run by the tests: examples/host_loop/main.cpp.
 ///
 /// Note [Gradient synchronization]
 /// `grad_ready(p)` says the gradient of `p` is complete, as of the work enqueued so far on the
@@ -32,6 +34,49 @@
 /// Gradients are written in place in the arena (no copies into buckets). The caller must not
 /// write a gradient again after marking it until `sync_grads()` has been called; work enqueued on
 /// the compute stream after `sync_grads()` sees the averaged gradients.
+///
+/// Note [Stream contract]
+/// All of DataParallel's work on your data (zeroing, waiting for the all-reduces, the optimizer
+/// step of `cohort::Sgd`/`AdamW`) is ordered on `compute_stream()`; only the collectives run on
+/// `comm_stream()`, after an event on the compute stream.
+/// - On a GPU the arenas are device memory. Write gradients with kernels on the compute stream,
+///   or pass the stream you wrote them on: `grad_ready(h, stream)` makes the compute stream wait
+///   for it. A kernel on any other stream, unordered, is a race that trains silently wrong. Work
+///   enqueued on the compute stream after `sync_grads()` sees averaged gradients; the host sees
+///   them (or updated parameters after `step()`) only after `compute_stream().synchronize()`.
+/// - On the host the compute stream DataParallel creates runs on the calling thread
+///   (`host_compute = HostExecution::caller`, Note [Host compute runs on the caller]): when
+///   `zero_grads()`, `sync_grads()` or `step()` returns, its work is done, so a plain loop may
+///   read parameters and write gradients directly. A stream of your own (`compute_stream`) or
+///   `host_compute = worker` makes the host asynchronous, and the GPU rules apply.
+///
+/// Note [Host compute runs on the caller]
+/// A host program written as plain loops never synchronizes a stream, and with an asynchronous
+/// compute stream it read gradients before `sync_grads()`'s wait had run and parameters before
+/// `step()` had: wrong results, no error. Three remedies were weighed. A guard or
+/// `run_on_compute(fn)` makes the order explicit but leaves the obvious loop wrong: it needs the
+/// user to know the rule it is meant to teach. A debug mode that detects host writes while the
+/// compute stream has work pending finds the bug only when it is switched on, and only the
+/// writes, not the reads. Running the host compute stream on the caller makes the obvious loop
+/// right by construction and keeps the overlap that matters: the all-reduces still run on the
+/// communication thread while backward goes on (a bucket starts at `grad_ready`, and only
+/// `sync_grads()` waits); what is lost is a compute thread running ahead of the host thread,
+/// which in a plain loop has nothing else to do. Programs that queue their own host work keep a
+/// worker stream (`compute_stream`, or `host_compute = worker`); the tests run the same loop both
+/// ways (tests/ddp/test_host_loop.cpp).
+///
+/// Note [Your own arenas]
+/// A program that keeps all its parameters in one blob (llm.c does) can give DataParallel that
+/// blob and its gradient blob (`param_memory`, `grad_memory`) instead of having arenas
+/// allocated; nothing is copied. The blob must be laid out as DataParallel lays out an arena
+/// (Note [Arena layout] in bucket_plan.hpp): plan it with `arena_layout(registry, world.size())`,
+/// allocate `arena_count` elements of the registry's dtype at a 256-byte aligned address, and
+/// point each tensor at `data + slots[i].offset`. The padded size depends on the world size, so
+/// plan once the world is known. The constructor checks device, dtype, count, alignment and that
+/// the two blobs do not overlap, and names the rule broken. The parameter values in the blob are
+/// kept (`init` may still write them; rank 0's are broadcast); the gaps between parameters, the
+/// padding and the gradients are zeroed. The memory must outlive the DataParallel and its
+/// optimizer, and is not in `memory_report()` (it is not cohort's).
 ///
 /// Note [Who zeroes gradients]
 /// Nobody, unless asked: the arenas start at zero and `sync_grads()` leaves the averaged
@@ -110,10 +155,10 @@ struct DataParallelOptions {
   /// below (Note [Automatic bucket sizes]; `DataParallel::bucket_sizing()` tells what was chosen).
   std::size_t bucket_bytes = kAutoBucketBytes;
   /// Cap of the first bucket, the first gradients backward produces (same on every rank).
-  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   /// Cap of the last bucket, the last gradients backward produces: nothing is left to hide its
   /// all-reduce behind, so it is small (0: no cap of its own; same on every rank).
-  std::size_t last_bucket_bytes = std::size_t{1} << 20;
+  std::size_t last_bucket_bytes = kDefaultLastBucketBytes;
   /// Bucketed all-reduce, or one reduce-scatter into this rank's shard (same on every rank).
   GradientSync gradient_sync = GradientSync::all_reduce;
   /// Unmarked parameters are an error, or zero gradients (Note [Unused parameters]).
@@ -126,10 +171,20 @@ struct DataParallelOptions {
   std::function<void(DataParallel&)> init = nullptr;
   /// Broadcast rank 0's parameters at construction (after `init`).
   bool broadcast_parameters = true;
-  /// The stream backward runs on; unset: a new stream on the world's device.
+  /// The stream backward runs on; unset: a new stream on the world's device, created with
+  /// `host_compute` on the host (Note [Stream contract]).
   std::optional<Stream> compute_stream = std::nullopt;
+  /// On the host, how that new compute stream runs: `caller` (the default) runs zeroing, the
+  /// optimizer step and sync_grads()'s wait on the calling thread before each call returns, so a
+  /// plain host loop needs no synchronize; `worker` gives it a thread of its own (then
+  /// synchronize before the host touches the arenas, as on a GPU). Ignored on GPUs.
+  HostExecution host_compute = HostExecution::caller;
   /// Where the arenas come from; null: a device pool on a GPU, plain host memory on the host.
   std::shared_ptr<MemoryResource> memory = nullptr;
+  /// Your own parameter and gradient memory, used as the arenas instead of allocating them
+  /// (Note [Your own arenas]); each may be given alone.
+  std::optional<TensorView> param_memory = std::nullopt;
+  std::optional<TensorView> grad_memory = std::nullopt;
   /// Record timing events for `last_step_stats()`.
   bool collect_stats = true;
 };
@@ -170,6 +225,12 @@ class DataParallel {
   /// issue bucket all-reduces (Note [Gradient synchronization]).
   /// @throws InvalidArgument for an unknown handle, or a second mark in one synchronized step.
   void grad_ready(ParamHandle handle);
+
+  /// As `grad_ready(handle)`, for a gradient written by work on `written_on` rather than on the
+  /// compute stream: the compute stream (and so the all-reduce) first waits for an event recorded
+  /// on `written_on` (Note [Stream contract]).
+  /// @throws InvalidArgument as `grad_ready(handle)`, or for a stream of another device.
+  void grad_ready(ParamHandle handle, const Stream& written_on);
 
   /// Issues the remaining collectives and makes the compute stream wait for all of them, without
   /// blocking the host (Note [Gradient synchronization]). Does nothing inside `no_sync`.

@@ -26,8 +26,20 @@ struct TcpStoreServerOptions {
   int port = 0;
   /// Clients must present this token; empty means none is asked for.
   std::string token;
-  /// Largest request accepted; a longer length prefix closes the connection.
+  /// Largest request accepted after HELLO; a longer length prefix closes the connection. Before
+  /// HELLO the limit is 4 KiB, whatever this says.
   std::size_t max_message_bytes = std::size_t{64} << 20;
+  /// A connection must complete HELLO within this long of being accepted, or it is closed.
+  Milliseconds hello_timeout = std::chrono::seconds(10);
+  /// A connection that sent part of a request and nothing more for this long is closed. (A
+  /// connection idle between requests is kept: ranks hold theirs for the whole run.)
+  Milliseconds stall_timeout = std::chrono::seconds(30);
+  /// Most connections open at once.
+  std::size_t max_connections = 4096;
+  /// Most connections waiting for HELLO at once. A new connection past this limit, or past
+  /// `max_connections`, closes the oldest connection still without HELLO; when every open
+  /// connection has completed HELLO, the new one is refused. See `docs/reliability.md`.
+  std::size_t max_unauthenticated = 256;
 };
 
 /// A store server running on its own thread until destroyed or stopped.

@@ -63,6 +63,10 @@ class LossScaler {
   /// Waits for the work on `stream` (the optimizer's stream), then reads the state.
   LossScalerSnapshot read(const Stream& stream) const;
 
+  /// Sets the state, as a checkpoint restores it: waits for the work on `stream`, then writes.
+  /// @throws InvalidArgument for a scale that is not positive and finite, or negative counts.
+  void restore(const LossScalerSnapshot& snapshot, const Stream& stream);
+
  private:
   friend class detail::OptimizerImpl;
   void* state() const noexcept { return const_cast<void*>(state_.data()); }

@@ -102,6 +102,15 @@ class Optimizer {
   /// Steps taken so far (skipped steps excluded). Waits for the stream.
   std::int64_t steps_taken() const;
 
+  /// Sets the steps taken, as a checkpoint restores them: the schedule's position and AdamW's
+  /// bias correction follow it. Waits for the stream, then writes.
+  void restore_steps_taken(std::int64_t steps);
+
+  /// The update rule, "sgd" or "adamw" (what a checkpoint checks before loading state).
+  const char* rule_name() const noexcept;
+  /// Whether this is a ZeRO-1 optimizer (its state covers its shard only).
+  bool is_sharded() const noexcept;
+
   /// The range of the arena this rank steps and keeps state for: all of it, or its ZeRO-1 shard.
   std::size_t shard_offset() const noexcept;
   std::size_t shard_count() const noexcept;

@@ -20,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 namespace layers {
 
@@ -42,6 +44,9 @@ class Math {
   /// `count` floats of workspace on the device (zeroed), freed with the buffer.
   cohort::Buffer allocate_floats(std::size_t count,
                                  cohort::MemoryCategory category = cohort::MemoryCategory::activations);
+  /// `bytes` bytes of scratch space from the device's pool, not zeroed, allocated and freed in
+  /// order on `stream()` (Note [Stream-ordered allocation] in memory_resource.hpp).
+  cohort::Buffer allocate_scratch(std::size_t bytes);
   /// `bytes` bytes of workspace on the device (zeroed).
   cohort::Buffer allocate_bytes(std::size_t bytes,
                                 cohort::MemoryCategory category = cohort::MemoryCategory::activations);
@@ -73,6 +78,11 @@ class Math {
   void upload(void* device_destination, const void* host_source, std::size_t bytes);
   /// Copies device memory to the host after the work on the stream, and waits for it.
   void download(void* host_destination, const void* device_source, std::size_t bytes);
+
+  /// Writes `values` to `destination` (f32, or bf16 rounded to nearest even) and waits.
+  void upload_values(const cohort::TensorView& destination, std::span<const float> values);
+  /// Reads `source` (f32 or bf16) as f32 after the work on the stream, and waits.
+  std::vector<float> download_values(const cohort::TensorView& source);
 
   /// About `flops` floating-point operations of real GEMM work on scratch buffers (TF32 tensor
   /// cores on a GPU; cblas on the host): compute sized to a layer, for benchmarks.

@@ -1,0 +1,268 @@
+// layers::CnnOps on a GPU: cuDNN's convolutions (algorithms from cuDNN's heuristics, chosen once
+// per shape and dtype), batch norm, activation, tensor add and pooling, on the Math's stream, with
+// workspaces from the Math's device pool.
+
+#include "cnn_device.hpp"
+
+#include <cohort/core/error.hpp>
+
+#include <cudnn.h>
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace layers {
+namespace {
+
+void cudnn_try(cudnnStatus_t status, const char* call) {
+  COHORT_CHECK(status == CUDNN_STATUS_SUCCESS, cohort::CudaError,
+               std::string(call) + " failed: " + cudnnGetErrorString(status));
+}
+#define LAYERS_CUDNN_TRY(call) cudnn_try((call), #call)
+
+cudnnTensorFormat_t format_of(Layout layout) {
+  return layout == Layout::nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+}
+
+cudnnDataType_t data_type_of(cohort::DType dtype) {
+  return dtype == cohort::DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/// An owned cuDNN tensor descriptor.
+class Tensor {
+ public:
+  Tensor(const Shape4& shape, Layout layout, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    LAYERS_CUDNN_TRY(cudnnCreateTensorDescriptor(&desc_));
+    LAYERS_CUDNN_TRY(cudnnSetTensor4dDescriptor(desc_, format_of(layout), type, shape.n, shape.c,
+                                                shape.h, shape.w));
+  }
+  ~Tensor() { cudnnDestroyTensorDescriptor(desc_); }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  cudnnTensorDescriptor_t get() const noexcept { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+/// A flat f32 vector as a [1, 1, 1, count] tensor, for element-wise operations.
+Tensor flat(std::size_t count) {
+  COHORT_EXPECTS(count <= 0x7fffffff, "cuDNN element-wise operations take fewer than 2^31 elements");
+  return Tensor({1, 1, 1, static_cast<int>(count)}, Layout::nchw);
+}
+
+/// The descriptors and algorithms of one convolution shape and dtype, found once.
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t forward{};
+  cudnnConvolutionBwdDataAlgo_t backward_data{};
+  cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+  std::size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+/// The first algorithm cuDNN's heuristics rank that can run, and its workspace.
+template <typename Perf>
+Perf first_usable(const Perf* results, int count, const char* what) {
+  for (int i = 0; i < count; ++i) {
+    if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
+  }
+  COHORT_FAIL(cohort::CudaError, std::string("cuDNN offers no usable ") + what + " algorithm");
+}
+
+class CudnnOps final : public DeviceCnnOps {
+ public:
+  CudnnOps(Math& math, Layout layout) : math_(&math), layout_(layout) {
+    COHORT_CHECK(cudaSetDevice(math.device().index()) == cudaSuccess, cohort::CudaError,
+                 "cudaSetDevice failed for " + math.device().to_string());
+    LAYERS_CUDNN_TRY(cudnnCreate(&handle_));
+    LAYERS_CUDNN_TRY(cudnnSetStream(handle_, static_cast<cudaStream_t>(math.stream().native_handle())));
+    LAYERS_CUDNN_TRY(cudnnCreateActivationDescriptor(&relu_));
+    LAYERS_CUDNN_TRY(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    LAYERS_CUDNN_TRY(cudnnCreatePoolingDescriptor(&pool_));
+  }
+  ~CudnnOps() override {
+    cudnnDestroyPoolingDescriptor(pool_);
+    cudnnDestroyActivationDescriptor(relu_);
+    cudnnDestroy(handle_);
+  }
+  CudnnOps(const CudnnOps&) = delete;
+  CudnnOps& operator=(const CudnnOps&) = delete;
+
+  void conv_forward(const ConvGeometry& g, const cohort::TensorView& x, const cohort::TensorView& w,
+                    const cohort::TensorView& y) override {
+    ConvPlan& plan = plan_for(g, x.dtype());
+    void* workspace = workspace_of(plan.forward_bytes);
+    LAYERS_CUDNN_TRY(cudnnConvolutionForward(handle_, &kOne, plan.x, x.data(), plan.w, w.data(),
+                                             plan.conv, plan.forward, workspace, plan.forward_bytes,
+                                             &kZero, plan.y, y.data()));
+  }
+
+  void conv_backward_data(const ConvGeometry& g, const cohort::TensorView& dy,
+                          const cohort::TensorView& w, const cohort::TensorView& dx) override {
+    ConvPlan& plan = plan_for(g, dy.dtype());
+    void* workspace = workspace_of(plan.backward_data_bytes);
+    LAYERS_CUDNN_TRY(cudnnConvolutionBackwardData(handle_, &kOne, plan.w, w.data(), plan.y, dy.data(),
+                                                  plan.conv, plan.backward_data, workspace,
+                                                  plan.backward_data_bytes, &kZero, plan.x, dx.data()));
+  }
+
+  void conv_backward_filter(const ConvGeometry& g, const cohort::TensorView& x,
+                            const cohort::TensorView& dy, const cohort::TensorView& dw) override {
+    ConvPlan& plan = plan_for(g, x.dtype());
+    void* workspace = workspace_of(plan.backward_filter_bytes);
+    LAYERS_CUDNN_TRY(cudnnConvolutionBackwardFilter(
+        handle_, &kOne, plan.x, x.data(), plan.y, dy.data(), plan.conv, plan.backward_filter,
+        workspace, plan.backward_filter_bytes, &kZero, plan.w, dw.data()));
+  }
+
+  // Batch norm over groups: one cuDNN call per group of samples, which are contiguous in both
+  // layouts; the parameter gradients accumulate over the groups (beta 1 after the first).
+  void batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
+                          const float* beta, float* y, float* saved_mean,
+                          float* saved_inv_std) override {
+    const Shape4 part{group, shape.c, shape.h, shape.w};
+    const Tensor data(part, layout_);
+    const Tensor parameters({1, shape.c, 1, 1}, Layout::nchw);
+    for (int g = 0; g < shape.n / group; ++g) {
+      const std::size_t offset = static_cast<std::size_t>(g) * part.count();
+      const auto stats = static_cast<std::size_t>(g * shape.c);
+      LAYERS_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
+          handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, data.get(), x + offset, data.get(),
+          y + offset, parameters.get(), gamma, beta, 1.0, nullptr, nullptr,
+          double{CnnOps::kBatchNormEpsilon}, saved_mean + stats, saved_inv_std + stats));
+    }
+  }
+
+  void batch_norm_backward(const Shape4& shape, int group, const float* x, const float* dy,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                           float* dx, float* dgamma, float* dbeta) override {
+    const Shape4 part{group, shape.c, shape.h, shape.w};
+    const Tensor data(part, layout_);
+    const Tensor parameters({1, shape.c, 1, 1}, Layout::nchw);
+    for (int g = 0; g < shape.n / group; ++g) {
+      const std::size_t offset = static_cast<std::size_t>(g) * part.count();
+      const auto stats = static_cast<std::size_t>(g * shape.c);
+      LAYERS_CUDNN_TRY(cudnnBatchNormalizationBackward(
+          handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, g == 0 ? &kZero : &kOne,
+          data.get(), x + offset, data.get(), dy + offset, data.get(), dx + offset,
+          parameters.get(), gamma, dgamma, dbeta, double{CnnOps::kBatchNormEpsilon},
+          saved_mean + stats, saved_inv_std + stats));
+    }
+  }
+
+  void relu(const float* x, float* y, std::size_t count) override {
+    const Tensor all = flat(count);
+    LAYERS_CUDNN_TRY(cudnnActivationForward(handle_, relu_, &kOne, all.get(), x, &kZero, all.get(), y));
+  }
+
+  void add_into(const float* a, float* out, std::size_t count) override {
+    const Tensor all = flat(count);
+    LAYERS_CUDNN_TRY(cudnnAddTensor(handle_, &kOne, all.get(), a, &kOne, all.get(), out));
+  }
+
+  void global_average_pool(const Shape4& shape, const float* x, float* y) override {
+    LAYERS_CUDNN_TRY(cudnnSetPooling2dDescriptor(pool_, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                                                 CUDNN_NOT_PROPAGATE_NAN, shape.h, shape.w, 0, 0,
+                                                 shape.h, shape.w));
+    const Tensor input(shape, layout_);
+    const Tensor pooled({shape.n, shape.c, 1, 1}, layout_);
+    LAYERS_CUDNN_TRY(cudnnPoolingForward(handle_, pool_, &kOne, input.get(), x, &kZero, pooled.get(), y));
+  }
+
+  void global_average_pool_backward(const Shape4& shape, const float* dy, float* dx) override {
+    // dx = dy / (h w), broadcast over h and w: cudnnAddTensor broadcasts dimensions of size 1.
+    const Tensor pooled({shape.n, shape.c, 1, 1}, layout_);
+    const Tensor input(shape, layout_);
+    const float scale = 1.0f / static_cast<float>(shape.h * shape.w);
+    LAYERS_CUDNN_TRY(cudnnAddTensor(handle_, &scale, pooled.get(), dy, &kZero, input.get(), dx));
+  }
+
+ private:
+  static constexpr float kOne = 1.0f;
+  static constexpr float kZero = 0.0f;
+
+  ConvPlan& plan_for(const ConvGeometry& g, cohort::DType dtype) {
+    const auto key = std::make_tuple(g.input.n, g.input.c, g.input.h, g.input.w, g.filters,
+                                     g.kernel, g.stride, g.padding, static_cast<int>(dtype));
+    auto found = plans_.find(key);
+    if (found != plans_.end()) return found->second;
+    ConvPlan& plan = plans_[key];
+    const cudnnDataType_t type = data_type_of(dtype);
+    const Shape4 out = g.output();
+    LAYERS_CUDNN_TRY(cudnnCreateTensorDescriptor(&plan.x));
+    LAYERS_CUDNN_TRY(cudnnSetTensor4dDescriptor(plan.x, format_of(layout_), type, g.input.n,
+                                                g.input.c, g.input.h, g.input.w));
+    LAYERS_CUDNN_TRY(cudnnCreateTensorDescriptor(&plan.y));
+    LAYERS_CUDNN_TRY(cudnnSetTensor4dDescriptor(plan.y, format_of(layout_), type, out.n, out.c,
+                                                out.h, out.w));
+    LAYERS_CUDNN_TRY(cudnnCreateFilterDescriptor(&plan.w));
+    LAYERS_CUDNN_TRY(cudnnSetFilter4dDescriptor(plan.w, type, format_of(layout_), g.filters,
+                                                g.input.c, g.kernel, g.kernel));
+    LAYERS_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&plan.conv));
+    // f32 accumulation for both dtypes; f32 without TF32 (so GPU and host agree closely), bf16 on
+    // tensor cores.
+    LAYERS_CUDNN_TRY(cudnnSetConvolution2dDescriptor(plan.conv, g.padding, g.padding, g.stride,
+                                                     g.stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                     CUDNN_DATA_FLOAT));
+    LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(
+        plan.conv, dtype == cohort::DType::bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    constexpr int kCandidates = 8;
+    int returned = 0;
+    cudnnConvolutionFwdAlgoPerf_t forward[kCandidates];
+    LAYERS_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(handle_, plan.x, plan.w, plan.conv,
+                                                            plan.y, kCandidates, &returned, forward));
+    const auto best_forward = first_usable(forward, returned, "forward convolution");
+    plan.forward = best_forward.algo;
+    plan.forward_bytes = best_forward.memory;
+    cudnnConvolutionBwdDataAlgoPerf_t data[kCandidates];
+    LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, plan.w, plan.y, plan.conv,
+                                                                 plan.x, kCandidates, &returned, data));
+    const auto best_data = first_usable(data, returned, "backward-data convolution");
+    plan.backward_data = best_data.algo;
+    plan.backward_data_bytes = best_data.memory;
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[kCandidates];
+    LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        handle_, plan.x, plan.y, plan.conv, plan.w, kCandidates, &returned, filter));
+    const auto best_filter = first_usable(filter, returned, "backward-filter convolution");
+    plan.backward_filter = best_filter.algo;
+    plan.backward_filter_bytes = best_filter.memory;
+    return plan;
+  }
+
+  /// A workspace of at least `bytes`, grown (in stream order) when a larger one is needed.
+  void* workspace_of(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    if (workspace_.size_bytes() < bytes) workspace_ = math_->allocate_scratch(bytes);
+    return workspace_.data();
+  }
+
+  Math* math_;
+  Layout layout_;
+  cudnnHandle_t handle_ = nullptr;
+  cudnnActivationDescriptor_t relu_ = nullptr;
+  cudnnPoolingDescriptor_t pool_ = nullptr;
+  std::map<std::tuple<int, int, int, int, int, int, int, int, int>, ConvPlan> plans_;
+  cohort::Buffer workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCnnOps> make_device_cnn_ops(Math& math, Layout layout) {
+  return std::make_unique<CudnnOps>(math, layout);
+}
+
+}  // namespace layers

@@ -1,0 +1,164 @@
+#pragma once
+
+/// @file
+/// `Checkpointer`: saves and restores everything a training step depends on, so that a run
+/// interrupted at any instant resumes exactly where its last checkpoint left it.
+///
+///     cohort::Checkpointer checkpoints(dp, optimizer.get(), {.directory = "ckpt", .keep_last = 3});
+///     cohort::TrainingState state;
+///     if (auto loaded = checkpoints.load()) state = *loaded;     // resume from `latest`
+///     for (; state.step < steps; ++state.step) {
+///       train_one_step(batch_at(seed, state.epoch, state.data_position));
+///       state.data_position += global_batch;
+///       if ((state.step + 1) % every == 0) checkpoints.save_async(next_state(state));
+///     }
+///
+/// What is saved: the parameter arena, every state array of the optimizer (momentum, AdamW
+/// moments, fp32 master weights; a ZeRO-1 optimizer's shards), its steps taken (the schedule's
+/// position) and base learning rate, the loss scaler, and the program's `TrainingState` (step
+/// counter, epoch, data position, and an opaque blob for its own state such as RNG seeds).
+///
+/// Note [Checkpoint publish]
+/// A checkpoint is the folder `<directory>/step-<12 digits>/`: a file `rank-<r>.bin` per rank and
+/// `manifest.json` (manifest.hpp). A save (collective):
+///   1. each rank copies its pieces (Note [Checkpoint arrays]) to host memory (the stall);
+///   2. rank 0 empties `<directory>/.incomplete-step-N/`; each rank then writes its file there
+///      and fsyncs it, and reports its size and checksums (or its error) through the store;
+///   3. rank 0, once every rank reported success, writes the manifest, fsyncs the folder, renames
+///      it to `step-N`, fsyncs `<directory>`, then moves `latest` (a temporary file, fsync,
+///      rename, fsync) and deletes all but the newest `keep_last` checkpoints;
+///   4. rank 0 reports the outcome; every rank returns, or throws the first error.
+/// A crash before the rename leaves only an `.incomplete-` folder, which no load looks at; a crash
+/// between the rename and the move of `latest` leaves a complete folder that `latest` does not name
+/// yet, so the next load takes the previous checkpoint (and the next save deletes it). `latest`
+/// always names a complete, fsynced checkpoint.
+///
+/// Note [Checkpoint load]
+/// A load reads and checks everything before it changes anything: the manifest (format, registry
+/// fingerprint and layout, dtypes, optimizer rule, world size), every file's presence and size,
+/// and the checksum of every piece this rank reads. The ranks then agree through the store; only
+/// when every rank succeeded do they write parameters and state. A failure is a
+/// `CheckpointError` naming the checkpoint, the file and the problem; with `fallback` the ranks try
+/// the next older checkpoint instead. A checkpoint saved on N ranks loads on M ranks
+/// (`allow_resharding`): each rank reads the element ranges of its own shard from whichever files
+/// hold them.
+///
+/// Threads: a Checkpointer is used by its rank's thread; the asynchronous writer is its own.
+
+#include <cohort/checkpoint/manifest.hpp>
+#include <cohort/ddp/data_parallel.hpp>
+#include <cohort/optim/loss_scaler.hpp>
+#include <cohort/optim/optimizer.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort {
+
+/// The program's position, saved with the arenas.
+struct TrainingState {
+  std::int64_t step = 0;             ///< steps completed
+  std::uint64_t epoch = 0;
+  /// Samples of `epoch` consumed over all ranks. It does not depend on the world size, so a run
+  /// resumed on another number of ranks derives its ranks' positions from it.
+  std::uint64_t data_position = 0;
+  std::string user_blob;             ///< the program's own bytes; rank 0's are saved
+};
+
+/// The instants of a save at which a test can stop it (Note [Checkpoint publish]).
+enum class SavePoint : std::uint8_t {
+  shard_written,   ///< on every rank: its file is written and fsynced, not yet reported
+  before_rename,   ///< on rank 0: the manifest is written, the folder not yet renamed
+  before_latest,   ///< on rank 0: the folder is renamed, `latest` not yet moved
+};
+
+struct CheckpointOptions {
+  /// Where checkpoints go: every rank must see the same folder (a shared file system across
+  /// nodes). Created when missing.
+  std::filesystem::path directory;
+  /// Checkpoints kept after a save (the newest ones); 0 keeps all.
+  int keep_last = 3;
+  /// Load: when the checkpoint `latest` names fails its checks, try older ones, newest first.
+  bool fallback = false;
+  /// Load: accept a checkpoint saved on another number of ranks.
+  bool allow_resharding = true;
+  /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
+  /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,
+  /// before_latest) instead kills the process with SIGKILL there, for tests with processes.
+  std::function<void(SavePoint)> test_hook = nullptr;
+};
+
+class Checkpointer {
+ public:
+  /// Saves and loads `dp`'s parameters and, when given, `optimizer`'s state and `scaler`'s
+  /// state. They must outlive the Checkpointer. Not collective.
+  /// @throws InvalidArgument for an empty directory or a negative `keep_last`.
+  Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOptions options,
+               LossScaler* scaler = nullptr);
+  /// Waits for an asynchronous save in flight (its error, if any, is logged).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  /// Saves `state` and the arenas as checkpoint `state.step` and returns its folder once every
+  /// rank's part is durable and `latest` names it. Collective. Waits for the work enqueued on the
+  /// compute stream; waits for an asynchronous save in flight first.
+  /// @throws CheckpointError naming the rank and file that failed; TimeoutError when a rank never
+  ///         reports.
+  std::filesystem::path save(const TrainingState& state);
+
+  /// Copies the arenas and state to host memory now (the only stall), then writes and publishes
+  /// them on a background thread while training goes on. Collective. One save is in flight at a
+  /// time: a call while one is in flight first waits for it to finish (no request is dropped).
+  /// @throws the error of the previous asynchronous save, if it failed.
+  void save_async(const TrainingState& state);
+
+  /// Waits for the asynchronous save in flight, if any. @throws its error.
+  void wait();
+
+  /// Whether an asynchronous save is still being written.
+  bool save_in_flight() const noexcept;
+
+  /// Loads the checkpoint `latest` names (Note [Checkpoint load]); nothing when the directory
+  /// has none (a fresh start). Collective.
+  /// @throws CheckpointError when it fails its checks (all of them, with `fallback`).
+  std::optional<TrainingState> load();
+
+  /// Loads the checkpoint in `folder`. Collective. @throws CheckpointError as `load`.
+  TrainingState load(const std::filesystem::path& folder);
+
+  const CheckpointOptions& options() const noexcept { return options_; }
+
+  struct Array;     ///< one array this rank saves and loads (checkpoint_parts.hpp)
+  struct Snapshot;  ///< one save's host copy (checkpoint_parts.hpp)
+
+ private:
+  std::string key_prefix() const;
+  void snapshot(const TrainingState& state, Snapshot& into);
+  void write_and_publish(Snapshot& snapshot);
+  void publish(Snapshot& snapshot, const std::vector<std::string>& reports);
+  /// Tries one checkpoint on every rank; returns the state, or the first error when any rank
+  /// failed (the same on every rank).
+  std::optional<TrainingState> try_load(const std::filesystem::path& folder, std::string& error);
+
+  DataParallel& dp_;
+  Optimizer* optimizer_;
+  LossScaler* scaler_;
+  CheckpointOptions options_;
+  std::vector<Array> arrays_;
+  std::unique_ptr<Store> store_;        ///< this rank's own connection (the writer uses it)
+  std::unique_ptr<Snapshot> snapshot_;  ///< the one staging area, reused
+  std::thread writer_;
+  std::exception_ptr writer_error_;
+  std::uint64_t saves_ = 0;
+  std::uint64_t loads_ = 0;
+};
+
+}  // namespace cohort

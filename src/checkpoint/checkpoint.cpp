@@ -1,0 +1,359 @@
+// Saving checkpoints: the host copy, the durable write of each rank's file, and rank 0's publish
+// (Note [Checkpoint publish] in checkpoint.hpp). Loading is in checkpoint_load.cpp.
+
+#include "checkpoint_parts.hpp"
+#include "file_io.hpp"
+
+#include "../optim/state_memory.hpp"
+
+#include <cohort/checkpoint/checksum.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/version.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+namespace cohort {
+namespace detail {
+
+PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank) noexcept {
+  const std::uint64_t begin = std::min(count, shard_count * static_cast<std::uint64_t>(rank));
+  const std::uint64_t end = std::min(count, begin + shard_count);
+  return {begin, end};
+}
+
+std::vector<ManifestParam> manifest_params(const DataParallel& dp) {
+  std::vector<ManifestParam> params;
+  const auto infos = dp.registry().params();
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    ManifestParam param;
+    param.name = infos[i].name;
+    param.shape.assign(infos[i].shape.begin(), infos[i].shape.end());
+    param.dtype = infos[i].dtype;
+    param.offset = dp.plan().slots[i].offset;
+    params.push_back(std::move(param));
+  }
+  return params;
+}
+
+std::string registry_fingerprint(const std::vector<ManifestParam>& params) {
+  std::ostringstream text;
+  for (const ManifestParam& param : params) {
+    text << param.name << '\n' << to_string(param.dtype) << '@' << param.offset << ':';
+    for (const std::uint64_t extent : param.shape) text << extent << ',';
+    text << '\n';
+  }
+  const std::string bytes = text.str();
+  return checksum_to_hex(Checksum::of(bytes.data(), bytes.size()));
+}
+
+void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank) {
+  static constexpr const char* kNames[] = {"shard_written", "before_rename", "before_latest"};
+  const char* name = kNames[static_cast<int>(point)];
+  // The one variable of this layer; read at each point, as tests set it per process.
+  if (const char* crash = std::getenv("COHORT_CHECKPOINT_CRASH_AT"); crash && *crash) {
+    const std::string value = crash;
+    const std::size_t colon = value.find(':');
+    const std::string at = value.substr(0, colon);
+    COHORT_EXPECTS(at == kNames[0] || at == kNames[1] || at == kNames[2],
+                   "COHORT_CHECKPOINT_CRASH_AT=" + value +
+                       ": use shard_written, before_rename or before_latest, optionally "
+                       "followed by :<rank>");
+    const bool this_rank = colon == std::string::npos || value.substr(colon + 1) == std::to_string(rank);
+    if (at == name && this_rank) {
+      COHORT_LOG(warn) << "COHORT_CHECKPOINT_CRASH_AT=" << value << ": killing this process";
+      ::raise(SIGKILL);
+    }
+  }
+  if (options.test_hook) options.test_hook(point);
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string report_key(const std::string& prefix, int rank) {
+  return prefix + "/rank/" + std::to_string(rank);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOptions options,
+                           LossScaler* scaler)
+    : dp_(dp), optimizer_(optimizer), scaler_(scaler), options_(std::move(options)),
+      store_(dp.world().store().clone()), snapshot_(std::make_unique<Snapshot>()) {
+  COHORT_EXPECTS(!options_.directory.empty(), "a Checkpointer needs a directory");
+  COHORT_EXPECTS(options_.keep_last >= 0, "keep_last must be 0 (keep all) or positive");
+  const std::uint64_t used = dp.plan().used_count;
+  arrays_.push_back(Array{"params", dp.dtype(), used, dp.param_arena(), 0});
+  if (optimizer_ != nullptr) {
+    COHORT_EXPECTS(optimizer_->target().params.data() == dp.param_arena().data(),
+                   "a Checkpointer's optimizer must step its DataParallel's parameter arena");
+    for (const OptimizerStateView& state : optimizer_->state()) {
+      arrays_.push_back(Array{"optimizer/" + state.name, DType::f32, used, state.view,
+                              optimizer_->shard_offset()});
+    }
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  try {
+    wait();
+  } catch (const std::exception& error) {
+    COHORT_LOG(error) << "the asynchronous checkpoint save failed: " << error.what();
+  }
+}
+
+std::string Checkpointer::key_prefix() const {
+  const std::string directory = options_.directory.lexically_normal().string();
+  return "checkpoint/" + checksum_to_hex(Checksum::of(directory.data(), directory.size()));
+}
+
+bool Checkpointer::save_in_flight() const noexcept { return writer_.joinable(); }
+
+void Checkpointer::wait() {
+  if (writer_.joinable()) writer_.join();
+  if (writer_error_) {
+    std::exception_ptr error = std::exchange(writer_error_, nullptr);
+    std::rethrow_exception(error);
+  }
+}
+
+void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
+  const World& world = dp_.world();
+  into.rank = world.rank();
+  into.world_size = world.size();
+  into.shard_count = dp_.shard_count();
+  into.save_index = saves_++;
+  const Stream& stream = dp_.compute_stream();
+
+  Manifest& manifest = into.manifest;
+  manifest = Manifest{};
+  manifest.cohort_version = version();
+  manifest.world_size = into.world_size;
+  manifest.params = detail::manifest_params(dp_);
+  manifest.registry_fingerprint = detail::registry_fingerprint(manifest.params);
+  manifest.arena_dtype = dp_.dtype();
+  manifest.used_count = dp_.plan().used_count;
+  if (optimizer_ != nullptr) {
+    manifest.optimizer_rule = optimizer_->rule_name();
+    manifest.optimizer_sharded = optimizer_->is_sharded();
+    manifest.optimizer_steps = optimizer_->steps_taken();  // waits for the stream
+    manifest.learning_rate = optimizer_->learning_rate();
+  }
+  if (scaler_ != nullptr) {
+    const LossScalerSnapshot scaler = scaler_->read(stream);
+    manifest.loss_scaler = ManifestLossScaler{scaler.scale, scaler.growth_tracker,
+                                              scaler.skipped_steps, scaler.last_step_skipped};
+  }
+  manifest.step = state.step;
+  manifest.epoch = state.epoch;
+  manifest.data_position = state.data_position;
+
+  // This rank's pieces, in file order; rank 0 adds the user blob last.
+  into.piece_bytes.clear();
+  std::uint64_t total = 0;
+  for (const Array& array : arrays_) {
+    const detail::PieceRange range = detail::piece_range(array.count, into.shard_count, into.rank);
+    into.piece_bytes.push_back((range.end - range.begin) * size_of(array.dtype));
+    total += into.piece_bytes.back();
+  }
+  const bool blob = into.rank == 0;
+  if (blob) {
+    into.piece_bytes.push_back(state.user_blob.size());
+    total += state.user_blob.size();
+  }
+  into.bytes.resize(total);
+  std::uint64_t at = 0;
+  for (const Array& array : arrays_) {
+    const detail::PieceRange range = detail::piece_range(array.count, into.shard_count, into.rank);
+    const std::size_t element = size_of(array.dtype);
+    if (range.end > range.begin) {
+      COHORT_EXPECTS(range.begin >= array.view_offset &&
+                         range.end <= array.view_offset + array.view.count(),
+                     "checkpoint array " + array.name + ": this rank does not hold its piece");
+      const auto* source = static_cast<const unsigned char*>(array.view.data()) +
+                           (range.begin - array.view_offset) * element;
+      detail::read_after(into.bytes.data() + at, source, (range.end - range.begin) * element, stream);
+    }
+    at += (range.end - range.begin) * element;
+  }
+  if (blob && !state.user_blob.empty()) {
+    std::memcpy(into.bytes.data() + at, state.user_blob.data(), state.user_blob.size());
+  }
+}
+
+void Checkpointer::write_and_publish(Snapshot& snapshot) {
+  const std::string prefix = key_prefix() + "/save/" + std::to_string(snapshot.save_index);
+  const std::string name = detail::checkpoint_name(snapshot.manifest.step);
+  const std::filesystem::path incomplete = options_.directory / (".incomplete-" + name);
+  const auto timeout = dp_.world().timeout();
+  if (snapshot.rank == 0) {
+    std::string prepared = "ok";
+    try {
+      std::filesystem::create_directories(options_.directory);
+      std::filesystem::remove_all(incomplete);  // a crashed save's leftovers
+      std::filesystem::create_directories(incomplete);
+    } catch (const std::exception& error) {
+      prepared = std::string("error cannot prepare ") + incomplete.string() + ": " + error.what();
+    }
+    store_->set(prefix + "/prepared", prepared);
+  }
+  std::string report;
+  const std::string prepared = store_->get(prefix + "/prepared", timeout);
+  if (prepared != "ok") {
+    report = prepared;
+  } else {
+    try {
+      const std::filesystem::path file =
+          incomplete / ("rank-" + std::to_string(snapshot.rank) + ".bin");
+      detail::write_file_durably(file, snapshot.bytes.data(), snapshot.bytes.size());
+      detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
+      std::ostringstream text;
+      text << "ok " << snapshot.bytes.size();
+      std::uint64_t at = 0;
+      for (const std::uint64_t bytes : snapshot.piece_bytes) {
+        text << ' ' << checksum_to_hex(Checksum::of(snapshot.bytes.data() + at, bytes));
+        at += bytes;
+      }
+      report = text.str();
+    } catch (const std::exception& error) {
+      report = std::string("error rank ") + std::to_string(snapshot.rank) + ": " + error.what();
+    }
+  }
+  store_->set(report_key(prefix, snapshot.rank), report);
+
+  if (snapshot.rank == 0) {
+    std::vector<std::string> reports;
+    for (int rank = 0; rank < snapshot.world_size; ++rank) {
+      reports.push_back(store_->get(report_key(prefix, rank), timeout));
+    }
+    std::string outcome = "ok";
+    try {
+      publish(snapshot, reports);
+    } catch (const std::exception& error) {
+      outcome = std::string("error ") + error.what();
+    }
+    store_->set(prefix + "/done", outcome);
+  }
+  const std::string outcome = store_->get(prefix + "/done", timeout);
+  if (outcome != "ok") {
+    throw CheckpointError("cohort: checkpoint " + (options_.directory / name).string() +
+                          " was not saved: " + outcome.substr(outcome.find(' ') + 1));
+  }
+}
+
+void Checkpointer::publish(Snapshot& snapshot, const std::vector<std::string>& reports) {
+  Manifest& manifest = snapshot.manifest;
+  const std::string name = detail::checkpoint_name(manifest.step);
+  std::vector<std::vector<std::uint64_t>> checksums(reports.size());
+  for (std::size_t rank = 0; rank < reports.size(); ++rank) {
+    std::istringstream text(reports[rank]);
+    std::string status;
+    std::uint64_t bytes = 0;
+    text >> status;
+    if (status != "ok") throw CheckpointError(reports[rank].substr(reports[rank].find(' ') + 1));
+    text >> bytes;
+    std::string hex;
+    while (text >> hex) {
+      std::uint64_t digest = 0;
+      COHORT_CHECK(checksum_from_hex(hex, digest), CheckpointError,
+                   "rank " + std::to_string(rank) + " sent a malformed checkpoint report");
+      checksums[rank].push_back(digest);
+    }
+    ManifestFile file{"rank-" + std::to_string(rank) + ".bin", bytes, 0};
+    // The file's checksum is the checksum of its pieces' checksums (they cover it exactly).
+    file.checksum = Checksum::of(checksums[rank].data(), checksums[rank].size() * sizeof(std::uint64_t));
+    manifest.files.push_back(std::move(file));
+  }
+  std::vector<std::uint64_t> file_offsets(reports.size(), 0);
+  for (std::size_t index = 0; index < arrays_.size(); ++index) {
+    const Array& local = arrays_[index];
+    ManifestArray array{local.name, local.dtype, local.count, {}};
+    for (std::size_t rank = 0; rank < reports.size(); ++rank) {
+      const detail::PieceRange range =
+          detail::piece_range(local.count, snapshot.shard_count, static_cast<int>(rank));
+      COHORT_CHECK(index < checksums[rank].size(), CheckpointError,
+                   "rank " + std::to_string(rank) + " reported too few pieces");
+      array.pieces.push_back(ManifestPiece{static_cast<std::uint32_t>(rank), range.begin,
+                                           range.end - range.begin, file_offsets[rank],
+                                           checksums[rank][index]});
+      file_offsets[rank] += (range.end - range.begin) * size_of(local.dtype);
+    }
+    manifest.arrays.push_back(std::move(array));
+  }
+  const std::uint64_t blob = snapshot.piece_bytes.back();
+  manifest.arrays.push_back(ManifestArray{
+      "user_blob", DType::u8, blob, {ManifestPiece{0, 0, blob, file_offsets[0], checksums[0].back()}}});
+
+  const std::filesystem::path root = options_.directory;
+  const std::filesystem::path incomplete = root / (".incomplete-" + name);
+  const std::string text = to_json(manifest);
+  detail::write_file_durably(incomplete / "manifest.json", text.data(), text.size());
+  detail::fsync_directory(incomplete);
+  detail::reach_save_point(options_, SavePoint::before_rename, 0);
+
+  // A folder of this name exists when an earlier run saved this step but crashed before moving
+  // `latest` (stale: delete it), or when this step is saved again (keep it until `latest` moves).
+  const std::filesystem::path final_path = root / name;
+  const std::filesystem::path replaced = root / (".replaced-" + name);
+  const bool exists = std::filesystem::exists(final_path);
+  const bool is_latest = exists && detail::read_latest(root) == name;
+  if (exists && !is_latest) std::filesystem::remove_all(final_path);
+  if (is_latest) {
+    std::filesystem::remove_all(replaced);
+    detail::rename_path(final_path, replaced);
+  }
+  detail::rename_path(incomplete, final_path);
+  detail::fsync_directory(root);
+  detail::reach_save_point(options_, SavePoint::before_latest, 0);
+  detail::write_latest(root, name);
+  if (is_latest) std::filesystem::remove_all(replaced);
+
+  // Keep the newest `keep_last` up to this one; delete older ones and any newer, unpublished one.
+  const std::vector<std::string> names = detail::list_checkpoints(root);
+  int kept = 0;
+  for (const std::string& other : names) {
+    const bool newer = *detail::step_of_name(other) > manifest.step;
+    const bool keep = !newer && (options_.keep_last == 0 || kept < options_.keep_last);
+    if (!newer) ++kept;
+    if (!keep) {
+      std::error_code ignored;
+      std::filesystem::remove_all(root / other, ignored);
+    }
+  }
+  // Folders of saves that crashed before their rename (this save's own was renamed).
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    if (entry.path().filename().string().starts_with(".incomplete-")) {
+      std::error_code ignored;
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
+}
+
+std::filesystem::path Checkpointer::save(const TrainingState& state) {
+  wait();
+  snapshot(state, *snapshot_);
+  write_and_publish(*snapshot_);
+  return options_.directory / detail::checkpoint_name(state.step);
+}
+
+void Checkpointer::save_async(const TrainingState& state) {
+  wait();
+  snapshot(state, *snapshot_);
+  writer_ = std::thread([this] {
+    try {
+      write_and_publish(*snapshot_);
+    } catch (...) {
+      writer_error_ = std::current_exception();
+    }
+  });
+}
+
+}  // namespace cohort

@@ -1,0 +1,55 @@
+#pragma once
+
+// Private to the checkpoint layer: the arrays a Checkpointer saves, how they are cut into pieces
+// (Note [Checkpoint arrays] in manifest.hpp), and the host copy of one save.
+
+#include <cohort/checkpoint/checkpoint.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cohort {
+
+/// One array: its global name, type and length, and this rank's copy of elements
+/// [view_offset, view_offset + view.count()) of it.
+struct Checkpointer::Array {
+  std::string name;
+  DType dtype = DType::f32;
+  std::uint64_t count = 0;  ///< global length (the arena's used count)
+  TensorView view;
+  std::uint64_t view_offset = 0;
+};
+
+/// The host copy of one save and what the writer needs to finish it.
+struct Checkpointer::Snapshot {
+  std::vector<unsigned char> bytes;  ///< this rank's file, piece after piece
+  std::vector<std::uint64_t> piece_bytes;  ///< each piece's size, in file order
+  Manifest manifest;  ///< everything but files and pieces (filled by rank 0 at publish)
+  std::uint64_t save_index = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::uint64_t shard_count = 0;  ///< the saving world's shard size n
+};
+
+namespace detail {
+
+/// Elements [begin, end) of an array of `count` elements written by `rank` when shards have
+/// `shard_count` elements (Note [Checkpoint arrays]).
+struct PieceRange {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank) noexcept;
+
+/// The registry as the manifest lists it (names, shapes, dtypes, arena offsets), and its
+/// fingerprint.
+std::vector<ManifestParam> manifest_params(const DataParallel& dp);
+std::string registry_fingerprint(const std::vector<ManifestParam>& params);
+
+/// Acts on `COHORT_CHECKPOINT_CRASH_AT` and the test hook at `point`.
+void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank);
+
+}  // namespace detail
+}  // namespace cohort

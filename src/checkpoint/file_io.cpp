@@ -1,0 +1,164 @@
+#include "file_io.hpp"
+
+#include <cohort/checkpoint/manifest.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace cohort::detail {
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int error) {
+  throw CheckpointError("cohort: checkpoint file " + path.string() + ": " + what + ": " +
+                        std::strerror(error));
+}
+
+/// Closes a file descriptor when it goes out of scope.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const noexcept { return fd_; }
+  /// Closes now, reporting the error close(2) may give (a delayed write error).
+  int close() noexcept {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+constexpr const char* kNamePrefix = "step-";
+
+}  // namespace
+
+void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes) {
+  FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail(path, "cannot create", errno);
+  const auto* next = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::write(fd.get(), next, std::min<std::size_t>(bytes, std::size_t{1} << 30));
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "cannot write", errno);
+    }
+    next += written;
+    bytes -= static_cast<std::size_t>(written);
+  }
+  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync", errno);
+  if (fd.close() != 0) fail(path, "cannot close", errno);
+}
+
+void fsync_directory(const std::filesystem::path& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open the folder", errno);
+  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync the folder", errno);
+}
+
+void rename_path(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) fail(from, "cannot rename to " + to.string(), errno);
+}
+
+std::string read_whole_file(const std::filesystem::path& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open", errno);
+  std::string text;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t count = ::read(fd.get(), chunk, sizeof(chunk));
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "cannot read", errno);
+    }
+    if (count == 0) break;
+    text.append(chunk, static_cast<std::size_t>(count));
+  }
+  return text;
+}
+
+void read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
+                     std::size_t bytes) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open", errno);
+  auto* next = static_cast<unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t count = ::pread(fd.get(), next, std::min<std::size_t>(bytes, std::size_t{1} << 30),
+                                  static_cast<off_t>(offset));
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "cannot read", errno);
+    }
+    if (count == 0) {
+      throw CheckpointError("cohort: checkpoint file " + path.string() + " ends at byte " +
+                            std::to_string(offset) + ", before the data the manifest lists: it is "
+                            "truncated");
+    }
+    next += count;
+    offset += static_cast<std::uint64_t>(count);
+    bytes -= static_cast<std::size_t>(count);
+  }
+}
+
+void write_latest(const std::filesystem::path& root, const std::string& name) {
+  const std::filesystem::path temporary = root / (".latest.tmp-" + std::to_string(::getpid()));
+  const std::string text = name + "\n";
+  write_file_durably(temporary, text.data(), text.size());
+  rename_path(temporary, root / "latest");
+  fsync_directory(root);
+}
+
+std::optional<std::string> read_latest(const std::filesystem::path& root) {
+  std::error_code error;
+  if (!std::filesystem::exists(root / "latest", error)) return std::nullopt;
+  std::string text = read_whole_file(root / "latest");
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+std::string checkpoint_name(std::int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "%s%012lld", kNamePrefix, static_cast<long long>(step));
+  return name;
+}
+
+std::optional<std::int64_t> step_of_name(const std::string& name) {
+  const std::string prefix = kNamePrefix;
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  std::int64_t step = 0;
+  for (std::size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::vector<std::string> list_checkpoints(const std::filesystem::path& root) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (const auto step = step_of_name(name); step && entry.is_directory(error)) {
+      found.emplace_back(*step, name);
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::vector<std::string> names;
+  for (auto& [step, name] : found) names.push_back(std::move(name));
+  return names;
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,45 @@
+#pragma once
+
+// Private to the checkpoint layer: the few POSIX file operations a durable publish needs, each
+// throwing a CheckpointError that names the path and the system's reason.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::detail {
+
+/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it.
+void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes);
+
+/// fsyncs a directory, so that the names created or renamed in it survive a power loss.
+void fsync_directory(const std::filesystem::path& path);
+
+/// rename(2): atomic replacement of `to` by `from` (both in one file system).
+void rename_path(const std::filesystem::path& from, const std::filesystem::path& to);
+
+/// The whole of a small file (a manifest, the `latest` pointer).
+std::string read_whole_file(const std::filesystem::path& path);
+
+/// `bytes` bytes at `offset` of `path` into `data`. @throws CheckpointError when the file is
+/// shorter than that.
+void read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
+                     std::size_t bytes);
+
+/// Points `<root>/latest` at `name` atomically: a temporary file, fsync, rename, fsync the root.
+void write_latest(const std::filesystem::path& root, const std::string& name);
+
+/// The name `<root>/latest` holds, or nothing when there is no such file.
+std::optional<std::string> read_latest(const std::filesystem::path& root);
+
+/// "step-000000000042" for step 42; the step of such a name, or nothing for other names.
+std::string checkpoint_name(std::int64_t step);
+std::optional<std::int64_t> step_of_name(const std::string& name);
+
+/// The checkpoints (folders named by `checkpoint_name`) under `root`, newest step first.
+std::vector<std::string> list_checkpoints(const std::filesystem::path& root);
+
+}  // namespace cohort::detail

@@ -1,0 +1,56 @@
+#include <cohort/checkpoint/preemption.hpp>
+
+#include "../optim/state_memory.hpp"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+namespace cohort {
+namespace {
+
+// The one piece of process-wide state here: a signal arrives for the process, not for a rank.
+std::atomic<int> g_preemption_flag{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_preemption_signal(int /*signal*/) {
+  g_preemption_flag.store(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void install_preemption_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_handler = on_preemption_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &action, nullptr);
+    ::sigaction(SIGUSR1, &action, nullptr);
+  });
+}
+
+bool preemption_requested() noexcept { return g_preemption_flag.load(std::memory_order_relaxed) != 0; }
+void request_preemption() noexcept { g_preemption_flag.store(1, std::memory_order_relaxed); }
+void clear_preemption() noexcept { g_preemption_flag.store(0, std::memory_order_relaxed); }
+
+PreemptionWatch::PreemptionWatch(World& world, Stream stream)
+    : world_(world), stream_(std::move(stream)),
+      flag_(detail::default_state_resource(world.device()), sizeof(std::int32_t),
+            MemoryCategory::other) {
+  install_preemption_handlers();
+}
+
+bool PreemptionWatch::agreed() {
+  std::int32_t flag = preemption_requested() ? 1 : 0;
+  detail::write_now(flag_.data(), &flag, sizeof(flag), stream_);
+  world_.comm().all_reduce(TensorView(flag_.data(), 1, DType::i32, world_.device()), ReduceOp::max,
+                           stream_);
+  detail::read_after(&flag, flag_.data(), sizeof(flag), stream_);
+  return flag != 0;
+}
+
+}  // namespace cohort

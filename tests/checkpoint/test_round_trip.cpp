@@ -1,0 +1,226 @@
+// Save, load and continue: a resumed run ends bitwise equal to an uninterrupted one, for every
+// optimizer and dtype, 1 to 8 ranks as threads; and ZeRO-1 state re-split over 4 -> 2 -> 3 -> 4
+// ranks.
+
+#include "checkpoint/checkpoint_test_model.hpp"
+
+#include <cohort/checkpoint/checkpoint.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace {
+
+using cohort::DType;
+using cohort_test::OptimizerKind;
+using cohort_test::TemporaryFolder;
+using cohort_test::TestRun;
+
+constexpr int kSavedStep = 3;
+constexpr int kSteps = 6;
+
+/// Every optimizer state array of a run, by name, as bytes of this rank's range.
+std::vector<std::pair<std::string, std::vector<unsigned char>>> state_of(const TestRun& run) {
+  std::vector<std::pair<std::string, std::vector<unsigned char>>> out;
+  if (!run.optimizer) return out;
+  run.dp->compute_stream().synchronize();
+  for (const cohort::OptimizerStateView& state : run.optimizer->state()) {
+    const auto* data = static_cast<const unsigned char*>(state.view.data());
+    out.emplace_back(state.name, std::vector<unsigned char>(data, data + state.view.count() * 4));
+  }
+  return out;
+}
+
+struct RoundTripCase {
+  OptimizerKind kind;
+  DType dtype;
+  int ranks;
+  bool async;
+};
+
+class RoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(RoundTrip, ResumedRunIsBitwiseEqualToUninterruptedOne) {
+  const RoundTripCase c = GetParam();
+  TemporaryFolder folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(c.dtype);
+  const bool scaler = c.dtype != DType::f32 && c.kind != OptimizerKind::none;
+  cohort::run_local(c.ranks, [&](cohort::World& world) {
+    TestRun original(world, registry, c.kind, scaler);
+    cohort::Checkpointer saver(*original.dp, original.optimizer.get(),
+                               {.directory = folder.path()}, original.scaler.get());
+    for (int step = 0; step < kSavedStep; ++step) original.step(step);
+    const cohort::TrainingState saved{kSavedStep, 2, 96, "blob of rank 0"};
+    if (c.async) {
+      saver.save_async(saved);
+    } else {
+      saver.save(saved);
+    }
+    for (int step = kSavedStep; step < kSteps; ++step) original.step(step);  // overlaps the write
+    saver.wait();
+
+    TestRun resumed(world, registry, c.kind, scaler);
+    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(), {.directory = folder.path()},
+                                resumed.scaler.get());
+    const std::optional<cohort::TrainingState> state = loader.load();
+    ASSERT_TRUE(state.has_value());
+    EXPECT_EQ(state->step, kSavedStep);
+    EXPECT_EQ(state->epoch, 2u);
+    EXPECT_EQ(state->data_position, 96u);
+    EXPECT_EQ(state->user_blob, "blob of rank 0");
+    for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
+    EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
+    EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
+    if (original.optimizer) {
+      EXPECT_EQ(resumed.optimizer->steps_taken(), original.optimizer->steps_taken());
+    }
+    if (scaler) {
+      const auto a = original.scaler->read(original.dp->compute_stream());
+      const auto b = resumed.scaler->read(resumed.dp->compute_stream());
+      EXPECT_EQ(a.scale, b.scale);
+      EXPECT_EQ(a.growth_tracker, b.growth_tracker);
+    }
+  }, cohort_test::host_world());
+  EXPECT_TRUE(std::filesystem::exists(folder.path() / "step-000000000003" / "manifest.json"));
+}
+
+std::vector<RoundTripCase> round_trip_cases() {
+  std::vector<RoundTripCase> cases;
+  for (const OptimizerKind kind : {OptimizerKind::none, OptimizerKind::sgd, OptimizerKind::adamw,
+                                   OptimizerKind::zero1_sgd, OptimizerKind::zero1_adamw}) {
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (const int ranks : {2, 3}) cases.push_back({kind, dtype, ranks, ranks == 3});
+    }
+  }
+  for (const int ranks : {1, 4, 5, 8}) {
+    cases.push_back({OptimizerKind::zero1_adamw, DType::f32, ranks, ranks % 2 == 0});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoint, RoundTrip, ::testing::ValuesIn(round_trip_cases()),
+    [](const ::testing::TestParamInfo<RoundTripCase>& param) {
+      return std::string(cohort_test::name_of(param.param.kind)) + "_" +
+             std::string(cohort::to_string(param.param.dtype)) + "_" +
+             std::to_string(param.param.ranks) + "ranks" + (param.param.async ? "_async" : "");
+    });
+
+/// What the 4-rank run had when it saved: the parameters and every state array, whole.
+struct GlobalState {
+  std::mutex mutex;
+  std::vector<unsigned char> params;
+  std::map<std::string, std::vector<float>> state;
+  std::vector<unsigned char> final_params;
+};
+
+void record(GlobalState& global, const TestRun& run) {
+  const std::lock_guard lock(global.mutex);
+  global.params = run.params();
+  const std::size_t used = run.dp->plan().used_count;
+  for (const cohort::OptimizerStateView& view : run.optimizer->state()) {
+    std::vector<float>& whole = global.state[view.name];
+    whole.resize(used);
+    const auto* data = static_cast<const float*>(view.view.data());
+    for (std::size_t i = 0; i < view.view.count(); ++i) {
+      const std::size_t element = run.optimizer->shard_offset() + i;
+      if (element < used) whole[element] = data[i];
+    }
+  }
+}
+
+/// This rank's state shard equals the matching slice of the saved whole (zeros past it).
+void expect_matches(GlobalState& global, const TestRun& run) {
+  const std::lock_guard lock(global.mutex);
+  EXPECT_EQ(run.params(), global.params);
+  const std::size_t used = run.dp->plan().used_count;
+  for (const cohort::OptimizerStateView& view : run.optimizer->state()) {
+    const auto* data = static_cast<const float*>(view.view.data());
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < view.view.count(); ++i) {
+      const std::size_t element = run.optimizer->shard_offset() + i;
+      const float expected = element < used ? global.state.at(view.name)[element] : 0.0f;
+      if (std::memcmp(&data[i], &expected, sizeof(float)) != 0) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0u) << view.name << " on rank " << run.dp->world().rank() << " of "
+                              << run.dp->world().size();
+  }
+}
+
+class Resharding : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Resharding, Zero1StateResplitsFrom4To2To3To4Ranks) {
+  const DType dtype = GetParam();
+  TemporaryFolder folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(dtype);
+  const cohort::CheckpointOptions options{.directory = folder.path()};
+  GlobalState global;
+  cohort::run_local(4, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::zero1_adamw);
+    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+    for (int step = 0; step < kSavedStep; ++step) run.step(step);
+    checkpoints.save({kSavedStep, 0, 4 * 24, "x"});
+    record(global, run);  // each rank its own shard
+    for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
+    if (world.rank() == 0) {
+      const std::lock_guard lock(global.mutex);
+      global.final_params = run.params();
+    }
+  }, cohort_test::host_world());
+
+  for (const int ranks : {2, 3}) {
+    cohort::run_local(ranks, [&](cohort::World& world) {
+      TestRun run(world, registry, OptimizerKind::zero1_adamw);
+      cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+      const std::optional<cohort::TrainingState> state = checkpoints.load();
+      ASSERT_TRUE(state.has_value());
+      EXPECT_EQ(state->data_position, 96u);
+      EXPECT_EQ(run.optimizer->steps_taken(), kSavedStep);
+      expect_matches(global, run);
+      checkpoints.save(*state);  // the same step again: replaces `latest`
+    }, cohort_test::host_world());
+  }
+
+  cohort::run_local(4, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::zero1_adamw);
+    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+    ASSERT_TRUE(checkpoints.load().has_value());
+    expect_matches(global, run);
+    for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
+    const std::lock_guard lock(global.mutex);
+    EXPECT_EQ(run.params(), global.final_params) << "rank " << world.rank();
+  }, cohort_test::host_world());
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, Resharding, ::testing::Values(DType::f32, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& param) {
+                           return std::string(cohort::to_string(param.param));
+                         });
+
+TEST(AsyncSave, ASecondRequestWaitsForTheFirstAndKeepLastPrunes) {
+  TemporaryFolder folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
+  cohort::run_local(2, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::adamw);
+    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                     {.directory = folder.path(), .keep_last = 2});
+    for (int step = 0; step < 5; ++step) {
+      run.step(step);
+      checkpoints.save_async({step + 1, 0, 0, ""});
+    }
+    checkpoints.wait();
+    EXPECT_FALSE(checkpoints.save_in_flight());
+  }, cohort_test::host_world());
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(folder.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000000000004", "step-000000000005"}));
+}
+
+}  // namespace
