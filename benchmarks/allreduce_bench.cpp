@@ -12,6 +12,8 @@
 // in-place operation's time against the raw one that ran right after it.
 // busbw = algbw x 2(n-1)/n, as nccl-tests defines it; GB/s are 1e9 bytes per second.
 
+#include "common/bench_common.hpp"
+
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
@@ -45,6 +47,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort::bench::machine_line;
+using cohort::bench::median;
+namespace bench = cohort::bench;
 
 struct Options {
   std::string min_bytes = "32M";
@@ -71,13 +76,6 @@ std::size_t parse_size(const std::string& text) {
     COHORT_FAIL(cohort::InvalidArgument, "size '" + text + "': use a number with K, M or G");
   }
   return static_cast<std::size_t>(value * scale);
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
 }
 
 /// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend.
@@ -264,7 +262,7 @@ struct Row {
 };
 
 double algbw(std::size_t bytes, double us) {
-  return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0.0;
+  return cohort::bench::algbw_gbps(static_cast<double>(bytes), us * 1e-6);
 }
 
 /// Mean of a value over ranks, through the store (keys unique per call).
@@ -275,13 +273,6 @@ double mean_over_ranks(cohort::World& world, const std::string& key, double valu
     sum += std::stod(world.store().get(key + "/" + std::to_string(r)));
   }
   return sum / world.size();
-}
-
-std::string machine_line() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return std::string(host) + ", " + std::to_string(std::thread::hardware_concurrency()) +
-         " CPU threads";
 }
 
 int run(cohort::World& world, const Options& options) {
@@ -323,7 +314,7 @@ int run(cohort::World& world, const Options& options) {
                 "(GB/s)", "");
   }
 
-  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  const double bus_factor = n > 1 ? bench::bus_factor(bench::Collective::all_reduce, n) : 0.0;
   std::vector<Row> rows;
   std::size_t total_wrong = 0;
   int sequence = 0;

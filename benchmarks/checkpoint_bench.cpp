@@ -5,6 +5,8 @@
 //
 //     checkpoint_bench --ranks 2 --elements 4000000 --dir /tmp/ckpt-bench
 
+#include "common/bench_common.hpp"
+
 #include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
@@ -28,14 +30,10 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort::bench::median;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 /// The ceiling: `bytes` written to one new file per rank (each its share, one thread each) and

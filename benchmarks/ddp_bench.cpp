@@ -7,16 +7,16 @@
 // per-repetition ratios, which is steadier than the ratio of medians on a loaded machine.
 //
 //     ddp_bench [repetitions]
+#include "common/bench_common.hpp"
+
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +24,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort::bench::median;
 
 constexpr int kRanks = 4;
 
@@ -36,12 +37,6 @@ struct Result {
   double paired_ratio = 0.0;  ///< median over repetitions of sync_grads / raw of the same pair
   double stats_comm_ms = 0.0;
 };
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
-}
 
 double since_ms(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -129,35 +124,23 @@ Result measure(std::size_t bytes, std::size_t tensors, int repetitions) {
   return result;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      return line.substr(line.find(':') + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 11;
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   std::printf("# ddp_bench: sync_grads vs raw bucket all-reduces, %d host ranks (threads, Gloo)\n",
               kRanks);
-  std::printf("# machine: %s, %s, %u hardware threads; median of %d after 3 warm-ups\n", host,
-              cpu_model().c_str(), std::thread::hardware_concurrency(), repetitions);
+  std::printf("# machine: %s; median of %d after 3 warm-ups\n",
+              cohort::bench::machine_line().c_str(), repetitions);
   std::printf("%10s %8s %8s %12s %12s %8s %8s %12s %14s\n", "model", "tensors", "buckets",
               "sync_grads", "raw", "ratio", "paired", "busbw", "stats comm_ms");
   for (const auto& [bytes, tensors] :
        {std::pair<std::size_t, std::size_t>{std::size_t{4} << 20, 24},
         std::pair<std::size_t, std::size_t>{std::size_t{32} << 20, 48}}) {
     const Result r = measure(bytes, tensors, repetitions);
-    const double algbw = static_cast<double>(bytes) / (r.raw_ms * 1e-3) / 1e9;
-    const double busbw = algbw * 2.0 * (kRanks - 1) / kRanks;
+    const double busbw =
+        cohort::bench::algbw_gbps(static_cast<double>(bytes), r.raw_ms * 1e-3) *
+        cohort::bench::bus_factor(cohort::bench::Collective::all_reduce, kRanks);
     std::printf("%7.0f MiB %8zu %8zu %9.2f ms %9.2f ms %8.3f %8.3f %7.2f GB/s %11.2f ms\n",
                 static_cast<double>(bytes) / (1 << 20), r.tensors, r.buckets, r.ddp_ms, r.raw_ms,
                 r.ddp_ms / r.raw_ms, r.paired_ratio, busbw, r.stats_comm_ms);

@@ -7,6 +7,7 @@
 #include "../optim/state_memory.hpp"
 
 #include <cohort/checkpoint/checksum.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/version.hpp>
 
@@ -56,8 +57,8 @@ void reach_save_point(const CheckpointOptions& options, SavePoint point, int ran
   static constexpr const char* kNames[] = {"shard_written", "before_rename", "before_latest"};
   const char* name = kNames[static_cast<int>(point)];
   // The one variable of this layer; read at each point, as tests set it per process.
-  if (const char* crash = std::getenv("COHORT_CHECKPOINT_CRASH_AT"); crash && *crash) {
-    const std::string value = crash;
+  if (const auto crash = env::text(env::kCheckpointCrashAt)) {
+    const std::string& value = *crash;
     const std::size_t colon = value.find(':');
     const std::string at = value.substr(0, colon);
     COHORT_EXPECTS(at == kNames[0] || at == kNames[1] || at == kNames[2],

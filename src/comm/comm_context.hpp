@@ -1,7 +1,8 @@
 #pragma once
 
 // What every communicator shares with the watchdog: identity, store, deadline, flight recorder,
-// and the abort switch.
+// and the abort switch. Its code, and the store exchanges of joining and splitting, are in
+// comm_context.cpp.
 
 #include "flight_recorder.hpp"
 #include "work_state.hpp"
@@ -52,7 +53,7 @@ class CommContext {
                : member;
   }
 
-  /// "communicator 'global' (rank 2 of 4, Gloo 0.5.0, cohort 0.1.0)".
+  /// "communicator 'local' (rank 1 of 4, global rank 5)"; the versions are `versions_line`.
   std::string describe() const;
 
   // ---- abort ----

@@ -2,6 +2,7 @@
 
 #include "watchdog.hpp"
 
+#include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/core/stream.hpp>
@@ -68,7 +69,7 @@ ncclRedOp_t to_nccl(ReduceOp op) {
 ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline, std::mutex* mutex = nullptr,
                     const bool* aborted = nullptr) {
   ncclResult_t state = ncclInProgress;
-  auto pause = std::chrono::microseconds(10);
+  Backoff backoff(std::chrono::microseconds(10), std::chrono::microseconds(2000));
   while (true) {
     {
       std::unique_lock<std::mutex> lock;
@@ -86,8 +87,7 @@ ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline, std::mutex* mut
     if (state != ncclInProgress || Clock::now() >= deadline) {
       return state;
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    backoff.sleep();
   }
 }
 

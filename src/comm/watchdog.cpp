@@ -2,7 +2,6 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
-#include <cohort/version.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -18,177 +17,8 @@ constexpr auto kPeerCheckEvery = std::chrono::milliseconds(100);
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(1000);
 constexpr const char* kFailureKey = "failure";
 constexpr const char* kProgressRequestKey = "progress_request";
-constexpr auto kAnswerWait = std::chrono::milliseconds(1500);
-
-std::int64_t unix_millis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
-
-// ---- CommContext ----
-
-std::string CommContext::describe() const {
-  return "communicator '" + name + "' (rank " + std::to_string(rank) + " of " +
-         std::to_string(size) + ", global rank " + std::to_string(global_rank(rank)) + ")";
-}
-
-std::string versions_line(const CommContext& context) {
-  return std::string("cohort ") + COHORT_VERSION_STRING + ", " + context.backend_version;
-}
-
-void CommContext::set_backend_abort(std::function<void()> fn) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  backend_abort_ = std::move(fn);
-}
-
-bool CommContext::abort(const std::string& reason) noexcept {
-  std::function<void()> backend_abort;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (aborted_.exchange(true)) {
-      return false;
-    }
-    abort_reason_ = reason;
-    backend_abort = backend_abort_;
-  }
-  COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
-  if (backend_abort) {
-    try {
-      backend_abort();
-    } catch (const std::exception& error) {
-      COHORT_LOG(error) << "aborting " << describe() << " failed: " << error.what();
-    }
-  }
-  return true;
-}
-
-std::string CommContext::abort_reason() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return abort_reason_;
-}
-
-void CommContext::track(const std::shared_ptr<WorkState>& work) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
-  works_.push_back(work);
-}
-
-std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
-  // A work's probe may fail it and abort this context (NCCL's asynchronous errors), which takes
-  // this mutex: poll outside it.
-  std::vector<std::shared_ptr<WorkState>> works;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    works = works_;
-  }
-  std::erase_if(works, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
-  return works;
-}
-
-void CommContext::fail_in_flight(const std::exception_ptr& error) {
-  for (const auto& work : in_flight()) {
-    work->fail(error);
-  }
-}
-
-void publish_progress(CommContext& context) noexcept {
-  try {
-    const auto watchdog = context.watchdog.lock();
-    const std::int64_t answered = watchdog ? watchdog->answered_request() : 0;
-    context.monitor_store->set("progress/" + std::to_string(context.rank),
-                               std::to_string(context.issued.load()) + " " +
-                                   std::to_string(context.recorder->last_finished()) + " " +
-                                   std::to_string(unix_millis()) + " " +
-                                   std::to_string(answered));
-  } catch (const std::exception& error) {
-    COHORT_LOG(debug) << "could not publish progress of " << context.describe() << ": "
-                      << error.what();
-  }
-}
-
-std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
-  struct Progress {
-    bool published = false;
-    std::uint64_t issued = 0;
-    std::int64_t at = 0;
-    std::int64_t answered = 0;
-  };
-  std::vector<Progress> progress(static_cast<std::size_t>(context.size));
-  try {
-    // Ask for fresh progress and give every watchdog a moment to answer.
-    const auto watchdog = context.watchdog.lock();
-    const std::int64_t request = watchdog ? watchdog->request_progress() : 0;
-    publish_progress(context);
-    const auto give_up = Clock::now() + kAnswerWait;
-    while (true) {
-      bool all_answered = true;
-      for (int member = 0; member < context.size; ++member) {
-        Progress& p = progress[static_cast<std::size_t>(member)];
-        const std::string key = "progress/" + std::to_string(member);
-        if (member == context.rank || !context.monitor_store->check({key})) {
-          all_answered = all_answered && member == context.rank;
-          continue;
-        }
-        std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
-        fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
-        p.published = true;
-        all_answered = all_answered && p.answered >= request;
-      }
-      if (watchdog) {
-        watchdog->answer_progress_request();
-      }
-      if (all_answered || request == 0 || Clock::now() >= give_up) {
-        for (Progress& p : progress) {
-          p.answered = request == 0 ? 0 : (p.answered >= request ? 1 : -1);
-        }
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  } catch (const std::exception& error) {
-    return "the store could not be read to find which ranks had not arrived (" +
-           std::string(error.what()) +
-           "); the process that hosts it (rank 0 or cohortrun) may have died. ";
-  }
-  std::string not_arrived;
-  std::string silent;
-  for (int member = 0; member < context.size; ++member) {
-    if (member == context.rank) {
-      continue;
-    }
-    const Progress& p = progress[static_cast<std::size_t>(member)];
-    const std::string name = "rank " + std::to_string(context.global_rank(member));
-    if (!p.published || p.answered < 0) {
-      silent += (silent.empty() ? "" : ", ") + name;
-      if (p.published && p.issued < sequence) {
-        not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
-                       std::to_string(p.issued) + ")";
-      }
-      continue;
-    }
-    if (p.issued < sequence) {
-      not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
-                     std::to_string(p.issued) + ")";
-    }
-  }
-  std::string text;
-  if (!not_arrived.empty()) {
-    text += "ranks that had not arrived: " + not_arrived + ". ";
-  }
-  if (!silent.empty()) {
-    text += "ranks not responding (their process died or is stuck): " + silent + ". ";
-  }
-  if (text.empty()) {
-    text = "every rank had issued it; the backend itself stalled or failed (check "
-           "NCCL_DEBUG=WARN output, the network, and the GPUs). ";
-  }
-  return text;
-}
 
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                      const std::string& cause) noexcept {
@@ -244,7 +74,6 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
   }
 }
 
-// ---- Watchdog ----
 
 Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank)
     : store_(std::move(world_store)), global_rank_(global_rank) {}

@@ -2,6 +2,7 @@
 #include "work_state.hpp"
 
 #include <cohort/comm/work.hpp>
+#include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
 
 #include <cstdio>
@@ -69,14 +70,13 @@ bool WorkState::wait_until(Clock::time_point until) {
     return finished_.wait_until(lock, until, [&] { return done_; });
   }
   // A polled backend: check the probe, then sleep a little, until finished or `until`.
-  auto pause = std::chrono::microseconds(20);
+  Backoff backoff(std::chrono::microseconds(20), std::chrono::microseconds(1000));
   while (!done()) {
     if (Clock::now() >= until) {
       return false;
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    finished_.wait_for(lock, pause, [&] { return done_; });
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    finished_.wait_for(lock, backoff.next(), [&] { return done_; });
   }
   return true;
 }

@@ -6,6 +6,7 @@
 #endif
 
 #include <cohort/comm/world.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/launch/memory_store.hpp>
@@ -15,10 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -86,29 +84,25 @@ std::chrono::milliseconds timeout_from(const WorldOptions& options) {
     COHORT_EXPECTS(options.timeout->count() > 0, "the world's timeout must be positive");
     return *options.timeout;
   }
-  if (const char* text = std::getenv("COHORT_TIMEOUT"); text != nullptr && *text != '\0') {
-    return parse_duration(text, "COHORT_TIMEOUT");
-  }
-  return kDefaultTimeout;
+  return env::duration(env::kTimeout).value_or(kDefaultTimeout);
 }
 
 bool debug_from(const WorldOptions& options) {
   if (options.debug_collectives) {
     return *options.debug_collectives;
   }
-  const char* text = std::getenv("COHORT_DEBUG_COLLECTIVES");
-  return text != nullptr && std::strcmp(text, "0") != 0 && *text != '\0';
+  return env::boolean(env::kDebugCollectives);
 }
 
 HostTransport host_transport_from(const WorldOptions& options) {
   if (options.host_transport) {
     return *options.host_transport;
   }
-  const char* text = std::getenv("COHORT_HOST_TRANSPORT");
-  if (text == nullptr || *text == '\0') {
+  const std::optional<std::string> text = env::text(env::kHostTransport);
+  if (!text) {
     return HostTransport::automatic;
   }
-  const std::string_view value(text);
+  const std::string_view value(*text);
   if (value == "shm") {
     return HostTransport::shm;
   }
@@ -118,7 +112,7 @@ HostTransport host_transport_from(const WorldOptions& options) {
   if (value == "auto" || value == "automatic") {
     return HostTransport::automatic;
   }
-  COHORT_FAIL(InvalidArgument, "COHORT_HOST_TRANSPORT='" + std::string(value) +
+  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
                                    "' is not a host transport; use shm (shared memory within a "
                                    "host), gloo (TCP everywhere) or auto");
 }
@@ -190,8 +184,7 @@ Device choose_device(const World::Impl& world) {
   }
   const int gpus = cuda_device_count();
   if (world.local_rank >= gpus) {
-    const char* shared = std::getenv("COHORT_ALLOW_SHARED_GPU");
-    COHORT_EXPECTS(shared != nullptr && std::strcmp(shared, "1") == 0,
+    COHORT_EXPECTS(env::boolean(env::kAllowSharedGpu),
                    "rank " + std::to_string(world.rank) + " is local rank " +
                        std::to_string(world.local_rank) + " of " +
                        std::to_string(world.local_size) + " on its node, but only " +
@@ -236,40 +229,6 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
 }
 
 }  // namespace
-
-std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what) {
-  // Deadlines from 1 ms to 30 days: below, nothing could finish; above, a typo is likelier than
-  // a wish, and the arithmetic on deadlines stays far from overflow.
-  constexpr double kMaxMillis = 30.0 * 24 * 3'600'000.0;
-  auto fail = [&] {
-    COHORT_FAIL(InvalidArgument,
-                std::string(what) + "='" + std::string(text) +
-                    "' is not a duration from 1 millisecond to 30 days; use seconds (600) or a "
-                    "number with ms, s, m or h (500ms, 90s, 10m, 1h)");
-  };
-  double value = 0.0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  const auto [rest, error] = std::from_chars(begin, end, value);
-  if (error != std::errc() || rest == begin || !std::isfinite(value) || value <= 0.0) {
-    fail();
-  }
-  const std::string_view unit(rest, static_cast<std::size_t>(end - rest));
-  double millis = 0.0;
-  if (unit.empty() || unit == "s") {
-    millis = value * 1000.0;
-  } else if (unit == "ms") {
-    millis = value;
-  } else if (unit == "m") {
-    millis = value * 60'000.0;
-  } else if (unit == "h") {
-    millis = value * 3'600'000.0;
-  } else {
-    fail();
-  }
-  if (millis < 1.0 || millis > kMaxMillis) fail();
-  return std::chrono::milliseconds(static_cast<std::int64_t>(millis));
-}
 
 World::World(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 World::World(World&&) noexcept = default;
@@ -339,10 +298,11 @@ void run_local(int ranks, const std::function<void(World&)>& fn, WorldOptions op
       options.store ? options.store : std::make_shared<MemoryStore>(timeout);
   const bool wants_gpu = choose_backend(options.backend) == Backend::nccl;
   if (wants_gpu) {
-    COHORT_EXPECTS(ranks <= cuda_device_count() || std::getenv("COHORT_ALLOW_SHARED_GPU") != nullptr,
+    COHORT_EXPECTS(ranks <= cuda_device_count() || env::boolean(env::kAllowSharedGpu),
                    "run_local with " + std::to_string(ranks) + " ranks on the NCCL backend needs " +
                        std::to_string(ranks) + " GPUs; " + std::to_string(cuda_device_count()) +
-                       " are visible");
+                       " are visible (or " + std::string(env::kAllowSharedGpu) +
+                       "=1 to share GPUs round-robin)");
   }
 
   std::mutex mutex;

@@ -1,5 +1,7 @@
 #include <cohort/core/logging.hpp>
 
+#include <cohort/core/env.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -16,17 +18,22 @@ std::atomic<int> process_rank{kNoRank};
 thread_local int thread_rank = kNoRank;
 
 LogLevel level_from_environment() noexcept {
-  const char* text = std::getenv("COHORT_LOG_LEVEL");
-  if (text == nullptr || *text == '\0') {
+  // Logging cannot throw: a bad level is reported and replaced by the default.
+  std::optional<std::string> text;
+  try {
+    text = env::text(env::kLogLevel);
+  } catch (...) {
+  }
+  if (!text) {
     return LogLevel::warn;
   }
-  if (auto level = parse_log_level(text)) {
+  if (auto level = parse_log_level(*text)) {
     return *level;
   }
   std::fprintf(stderr,
                "[cohort] COHORT_LOG_LEVEL='%s' is not a level; use error, warn, info or debug. "
                "Using warn.\n",
-               text);
+               text->c_str());
   return LogLevel::warn;
 }
 

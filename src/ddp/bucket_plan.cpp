@@ -1,6 +1,6 @@
 #include <cohort/core/error.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
-#include <cohort/memory/memory_report.hpp>
+#include <cohort/core/format.hpp>
 
 #include <algorithm>
 

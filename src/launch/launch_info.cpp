@@ -1,12 +1,12 @@
 #include <cohort/launch/launch_info.hpp>
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <random>
 #include <sstream>
@@ -43,8 +43,8 @@ struct LauncherVariables {
   std::string_view local_world_size;
 };
 
-constexpr LauncherVariables kCohortrun{Launcher::cohortrun, "COHORT_RANK", "COHORT_WORLD_SIZE",
-                                       "COHORT_LOCAL_RANK", "COHORT_LOCAL_WORLD_SIZE"};
+constexpr LauncherVariables kCohortrun{Launcher::cohortrun, env::kRank, env::kWorldSize,
+                                       env::kLocalRank, env::kLocalWorldSize};
 constexpr LauncherVariables kTorchrun{Launcher::torchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK",
                                       "LOCAL_WORLD_SIZE"};
 constexpr LauncherVariables kOpenMpi{Launcher::open_mpi, "OMPI_COMM_WORLD_RANK",
@@ -175,14 +175,14 @@ std::string sanitize_run_id(std::string_view id) {
 std::optional<Reading> read_cohortrun(const Environment& env) {
   auto reading = read_mpi_style(env, kCohortrun);
   if (!reading) return reading;
-  auto node_rank = env.integer("COHORT_NODE_RANK");
-  auto num_nodes = env.integer("COHORT_NUM_NODES");
+  auto node_rank = env.integer(env::kNodeRank);
+  auto num_nodes = env.integer(env::kNumNodes);
   if (node_rank.has_value() != num_nodes.has_value()) {
     if (!node_rank) {
-      fail_missing("COHORT_NUM_NODES", Launcher::cohortrun, "COHORT_NODE_RANK",
+      fail_missing(std::string(env::kNumNodes), Launcher::cohortrun, env::kNodeRank,
                    "the index of this node");
     }
-    fail_missing("COHORT_NODE_RANK", Launcher::cohortrun, "COHORT_NUM_NODES",
+    fail_missing(std::string(env::kNodeRank), Launcher::cohortrun, env::kNumNodes,
                  "the number of nodes");
   }
   reading->node_rank = node_rank;
@@ -359,7 +359,7 @@ std::string random_run_id() {
 }
 
 int read_port(const Environment& env) {
-  auto port = env.first_integer({"COHORT_MASTER_PORT", "MASTER_PORT"});
+  auto port = env.first_integer({env::kMasterPort, "MASTER_PORT"});
   if (!port) return kDefaultPort;
   if (port->value < 1 || port->value > 65535) {
     COHORT_FAIL(InvalidArgument, field_text(*port) + " is outside 1..65535; set " + port->name +
@@ -368,14 +368,6 @@ int read_port(const Environment& env) {
   return port->value;
 }
 
-bool read_store_external(const Environment& env) {
-  auto value = env.text("COHORT_STORE_EXTERNAL");
-  if (!value) return false;
-  if (*value == "1" || *value == "true" || *value == "yes" || *value == "on") return true;
-  if (*value == "0" || *value == "false" || *value == "no" || *value == "off") return false;
-  COHORT_FAIL(InvalidArgument, "COHORT_STORE_EXTERNAL='" + *value +
-                                   "' is not a boolean; set COHORT_STORE_EXTERNAL to 1 or 0");
-}
 
 }  // namespace
 
@@ -395,14 +387,6 @@ std::string_view to_string(Launcher launcher) noexcept {
       return "Slurm";
   }
   return "unknown";
-}
-
-EnvLookup process_environment() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const char* value = std::getenv(std::string(name).c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
 }
 
 LaunchInfo LaunchInfo::from_environment() {
@@ -445,9 +429,9 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
   }
 
   info.master_port = read_port(env);
-  info.store_is_external = read_store_external(env);
+  info.store_is_external = env::boolean(lookup, env::kStoreExternal);
   const bool several_nodes = info.num_nodes > 1 || info.local_world_size < info.world_size;
-  if (auto address = env.first_text({"COHORT_MASTER_ADDR", "MASTER_ADDR"})) {
+  if (auto address = env.first_text({env::kMasterAddr, "MASTER_ADDR"})) {
     info.master_addr = *address;
   } else if (several_nodes) {
     std::optional<std::string> guess;
@@ -474,7 +458,7 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
     info.master_addr = *guess;
   }
 
-  if (auto id = env.text("COHORT_RUN_ID")) {
+  if (auto id = env.text(env::kRunId)) {
     info.run_id = *id;
   } else if (info.run_id.empty()) {
     info.run_id = info.world_size == 1

@@ -1,5 +1,6 @@
 #include <cohort/launch/rendezvous.hpp>
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/launch/file_store.hpp>
@@ -14,13 +15,13 @@ namespace {
 
 constexpr std::string_view kFilePrefix = "file:";
 
-std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& env,
+std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& lookup,
                                    Milliseconds timeout) {
   TcpStoreOptions options;
   options.host = info.master_addr;
   options.port = info.master_port;
-  // Read the token here, not in TcpStore, so that `env` decides it in tests as well.
-  options.token = env("COHORT_STORE_TOKEN").value_or("");
+  // The one place the token is read: `env` decides it in tests as well.
+  options.token = env::text(lookup, env::kStoreToken).value_or("");
   options.timeout = timeout;
   options.connect_timeout = timeout;
   options.start_server = info.rank == 0 && !info.store_is_external;
@@ -35,16 +36,16 @@ std::shared_ptr<Store> connect_store(const LaunchInfo& info, Milliseconds timeou
   return connect_store(info, process_environment(), timeout);
 }
 
-std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& env,
+std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& lookup,
                                      Milliseconds timeout) {
-  const std::string choice = env("COHORT_STORE").value_or("");
+  const std::string choice = env::text(lookup, env::kStore).value_or("");
   if (choice.empty()) {
     if (info.world_size == 1 && info.launcher == Launcher::none) {
       return std::make_shared<MemoryStore>(timeout);
     }
-    return connect_tcp(info, env, timeout);
+    return connect_tcp(info, lookup, timeout);
   }
-  if (choice == "tcp") return connect_tcp(info, env, timeout);
+  if (choice == "tcp") return connect_tcp(info, lookup, timeout);
   if (choice.starts_with(kFilePrefix)) {
     const std::string folder = choice.substr(kFilePrefix.size());
     COHORT_EXPECTS(!folder.empty(),

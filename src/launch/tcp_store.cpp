@@ -1,5 +1,6 @@
 #include <cohort/launch/tcp_store.hpp>
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
@@ -28,7 +29,6 @@ namespace tcp = detail::tcp;
 
 // How much longer than a request's own timeout a client waits for the reply.
 constexpr Milliseconds kReplyGrace = std::chrono::seconds(5);
-constexpr const char* kTokenVariable = "COHORT_STORE_TOKEN";
 // How often a client still trying to reach the server says so (Note [Connecting to the store]).
 constexpr auto kProgressEvery = std::chrono::seconds(5);
 
@@ -148,7 +148,7 @@ tcp::Reply TcpStore::Impl::expect_ok(tcp::Reply reply, Milliseconds timeout) con
   }
   const std::string hint = reply.message.find("token") == std::string::npos
                                ? std::string()
-                               : std::string("; set ") + kTokenVariable +
+                               : "; set " + std::string(env::kStoreToken) +
                                      " (or TcpStoreOptions::token) to the server's token";
   COHORT_FAIL(Error, description + " refused this client: " + reply.message + hint);
 }
@@ -175,7 +175,7 @@ void TcpStore::Impl::connect() {
   tcp::Request hello;
   hello.opcode = tcp::Opcode::hello;
   hello.version = tcp::kProtocolVersion;
-  hello.token = options.token.value_or(std::string());
+  hello.token = options.token;
   for (;;) {
     bool permanent = false;
     socket = tcp::try_connect(options.host, options.port, deadline, error, &permanent);
@@ -237,19 +237,15 @@ TcpStore::TcpStore(TcpStoreOptions options)
     : Store(options.timeout), impl_(std::make_shared<Impl>()) {
   COHORT_EXPECTS(options.port >= (options.start_server ? 0 : 1) && options.port <= 65535,
                  "TcpStore port " + std::to_string(options.port) + " is out of range");
-  if (!options.token) {
-    const char* from_environment = std::getenv(kTokenVariable);
-    options.token = from_environment != nullptr ? from_environment : "";
-  }
-  COHORT_EXPECTS(options.token->size() <= tcp::kMaxTokenBytes,
+  COHORT_EXPECTS(options.token.size() <= tcp::kMaxTokenBytes,
                  "the TCP store token (COHORT_STORE_TOKEN or TcpStoreOptions::token) is " +
-                     std::to_string(options.token->size()) + " bytes long; at most " +
+                     std::to_string(options.token.size()) + " bytes long; at most " +
                      std::to_string(tcp::kMaxTokenBytes) + " are allowed");
   if (options.start_server) {
     TcpStoreServerOptions server_options;
     server_options.host = options.server_host;
     server_options.port = options.port;
-    server_options.token = *options.token;
+    server_options.token = options.token;
     server_options.max_message_bytes = options.max_message_bytes;
     impl_->server = std::make_shared<TcpStoreServer>(std::move(server_options));
     options.host = local_address_of(options.server_host);

@@ -326,7 +326,7 @@ std::vector<BadCase> bad_cases() {
        {"spans 2 nodes", "set MASTER_ADDR"}},
       {"StoreExternalNotBoolean",
        with(kCohortrunEnv, "COHORT_STORE_EXTERNAL", "maybe"),
-       {"COHORT_STORE_EXTERNAL='maybe' is not a boolean"}},
+       {"COHORT_STORE_EXTERNAL='maybe' is not a switch"}},
   };
 }
 

@@ -2,6 +2,7 @@
 // bytes, tokens, a server owned by a client, and clients that fail instead of hanging.
 
 #include <cohort/core/error.hpp>
+#include <cohort/launch/rendezvous.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
 #include "support/tcp_store_support.hpp"
@@ -274,24 +275,22 @@ TEST(TcpStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   EXPECT_EQ(right.get("k"), "v");
 }
 
-TEST(TcpStoreTest, TokenComesFromTheEnvironmentWhenUnset) {
+TEST(TcpStoreTest, ConnectStoreTakesTheTokenFromTheEnvironment) {
   TcpStoreServer server(local_server("from-env"));
-  const char* previous = std::getenv("COHORT_STORE_TOKEN");
-  const std::optional<std::string> saved =
-      previous != nullptr ? std::optional<std::string>(previous) : std::nullopt;
-  ::setenv("COHORT_STORE_TOKEN", "from-env", 1);
-  auto connect = [&] {
-    TcpStore store(client_of(server.port(), std::nullopt));
-    store.set("k", "v");
+  LaunchInfo info;
+  info.rank = 1;
+  info.world_size = 2;
+  info.master_port = server.port();
+  info.store_is_external = true;
+  auto connect = [&](std::string token) {
+    const EnvLookup lookup = [token](std::string_view name) -> std::optional<std::string> {
+      if (name == "COHORT_STORE_TOKEN") return token;
+      return std::nullopt;
+    };
+    connect_store(info, lookup, std::chrono::seconds(5))->set("k", "v");
   };
-  EXPECT_NO_THROW(connect());
-  ::setenv("COHORT_STORE_TOKEN", "other", 1);
-  EXPECT_THROW(connect(), Error);
-  if (saved) {
-    ::setenv("COHORT_STORE_TOKEN", saved->c_str(), 1);
-  } else {
-    ::unsetenv("COHORT_STORE_TOKEN");
-  }
+  EXPECT_NO_THROW(connect("from-env"));
+  EXPECT_THROW(connect("other"), Error);
 }
 
 TEST(TcpStoreTest, StartServerOnPortZeroAndClone) {

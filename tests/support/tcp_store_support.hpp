@@ -33,9 +33,9 @@ inline cohort::TcpStoreServerOptions local_server(std::string token = {}) {
   return options;
 }
 
-/// A client of the server on 127.0.0.1:`port`; nullopt `token` means COHORT_STORE_TOKEN.
+/// A client of the server on 127.0.0.1:`port` presenting `token` (empty: none).
 inline cohort::TcpStoreOptions client_of(int port,
-                                         std::optional<std::string> token = std::string(),
+                                         std::string token = std::string(),
                                          cohort::Milliseconds timeout = std::chrono::seconds(10)) {
   cohort::TcpStoreOptions options;
   options.host = "127.0.0.1";

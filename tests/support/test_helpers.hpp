@@ -5,13 +5,12 @@
 // double and every element type (16-bit floats included).
 
 #include <cohort/comm/types.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/float16.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <string_view>
 #include <exception>
 #include <string>
 #include <thread>
@@ -25,9 +24,8 @@ using Clock = std::chrono::steady_clock;
 /// The backend a host world of these tests gets on one host: ctest runs the host tests once per
 /// transport (COHORT_HOST_TRANSPORT=shm, =gloo); unset means shared memory.
 inline cohort::Backend expected_host_backend() {
-  const char* transport = std::getenv("COHORT_HOST_TRANSPORT");
-  return transport != nullptr && std::string_view(transport) == "gloo" ? cohort::Backend::gloo
-                                                                       : cohort::Backend::shm;
+  return cohort::env::text(cohort::env::kHostTransport) == "gloo" ? cohort::Backend::gloo
+                                                                 : cohort::Backend::shm;
 }
 
 inline std::chrono::milliseconds elapsed_since(Clock::time_point start) {

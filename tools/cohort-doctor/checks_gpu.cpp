@@ -262,7 +262,7 @@ Finding check_ranks_per_gpu(int local_world_size, int gpu_count, const EnvMap& e
     return finding;
   }
   if (detail::switched_on(environment, "NCCL_MULTI_RANK_GPU_ENABLE") ||
-      detail::switched_on(environment, "COHORT_ALLOW_SHARED_GPU")) {
+      detail::cohort_switch_on(environment, env::kAllowSharedGpu)) {
     finding.severity = Severity::info;
     finding.message = counts +
                       ": ranks share GPUs, as NCCL_MULTI_RANK_GPU_ENABLE or "

@@ -5,6 +5,7 @@
 /// Prints "cohort-store listening on HOST:PORT" once it accepts connections, then serves until
 /// SIGINT or SIGTERM and exits 0. The token defaults to COHORT_STORE_TOKEN from the environment.
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
@@ -36,8 +37,8 @@ int main(int argc, char** argv) {
 
   if (token) {
     options.token = *token;
-  } else if (const char* from_environment = std::getenv("COHORT_STORE_TOKEN")) {
-    options.token = from_environment;
+  } else if (auto from_environment = cohort::env::text(cohort::env::kStoreToken)) {
+    options.token = *from_environment;
   }
 
   // Block the stop signals before the server thread starts, so that it inherits the mask and the

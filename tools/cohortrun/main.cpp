@@ -6,6 +6,7 @@
 
 #include "supervisor.hpp"
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
@@ -69,12 +70,6 @@ std::string random_hex(std::size_t bytes) {
     hex.push_back(kDigits[byte & 0xf]);
   }
   return hex;
-}
-
-std::optional<std::string> getenv_nonempty(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
 }
 
 /// Parses the command line; returns an exit status when cohortrun should stop (help, errors).
@@ -176,7 +171,7 @@ SuperviseOutcome run_once(Options options, int restart) {
   const bool single_node = options.nnodes == 1;
   const bool hosts_store = options.node_rank == 0;
 
-  std::optional<std::string> token = getenv_nonempty("COHORT_STORE_TOKEN");
+  std::optional<std::string> token = cohort::env::text(cohort::env::kStoreToken);
   if (single_node && !token) token = random_hex(16);
 
   std::unique_ptr<cohort::TcpStoreServer> server;
@@ -203,11 +198,14 @@ SuperviseOutcome run_once(Options options, int restart) {
                                        std::to_string(options.master_port);
   }
 
-  const std::set<std::string> replaced{
-      "COHORT_RANK",        "COHORT_WORLD_SIZE",    "COHORT_LOCAL_RANK",
-      "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK", "COHORT_NUM_NODES",
-      "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT",   "COHORT_RUN_ID",
-      "COHORT_STORE_EXTERNAL", "COHORT_STORE_TOKEN", "COHORT_RESTART_COUNT"};
+  namespace env = cohort::env;
+  std::set<std::string> replaced;
+  for (std::string_view name :
+       {env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize, env::kNodeRank,
+        env::kNumNodes, env::kMasterAddr, env::kMasterPort, env::kRunId, env::kStoreExternal,
+        env::kStoreToken, env::kRestartCount}) {
+    replaced.emplace(name);
+  }
   const std::vector<std::string> base = inherited_environment(replaced);
   const int world_size = options.nnodes * options.nproc_per_node;
   std::vector<RankSpec> ranks;
@@ -215,21 +213,21 @@ SuperviseOutcome run_once(Options options, int restart) {
     RankSpec spec;
     spec.rank = options.node_rank * options.nproc_per_node + local;
     spec.environment = base;
-    auto set = [&](const std::string& name, const std::string& value) {
-      spec.environment.push_back(name + "=" + value);
+    auto set = [&](std::string_view name, const std::string& value) {
+      spec.environment.push_back(std::string(name) + "=" + value);
     };
-    set("COHORT_RANK", std::to_string(spec.rank));
-    set("COHORT_WORLD_SIZE", std::to_string(world_size));
-    set("COHORT_LOCAL_RANK", std::to_string(local));
-    set("COHORT_LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node));
-    set("COHORT_NODE_RANK", std::to_string(options.node_rank));
-    set("COHORT_NUM_NODES", std::to_string(options.nnodes));
-    set("COHORT_MASTER_ADDR", options.master_addr);
-    set("COHORT_MASTER_PORT", std::to_string(options.master_port));
-    set("COHORT_RUN_ID", options.run_id);
-    set("COHORT_RESTART_COUNT", std::to_string(restart));
-    set("COHORT_STORE_EXTERNAL", "1");
-    if (token) set("COHORT_STORE_TOKEN", *token);
+    set(env::kRank, std::to_string(spec.rank));
+    set(env::kWorldSize, std::to_string(world_size));
+    set(env::kLocalRank, std::to_string(local));
+    set(env::kLocalWorldSize, std::to_string(options.nproc_per_node));
+    set(env::kNodeRank, std::to_string(options.node_rank));
+    set(env::kNumNodes, std::to_string(options.nnodes));
+    set(env::kMasterAddr, options.master_addr);
+    set(env::kMasterPort, std::to_string(options.master_port));
+    set(env::kRunId, options.run_id);
+    set(env::kRestartCount, std::to_string(restart));
+    set(env::kStoreExternal, "1");
+    if (token) set(env::kStoreToken, *token);
     ranks.push_back(std::move(spec));
   }
 

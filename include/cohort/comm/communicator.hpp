@@ -35,24 +35,6 @@ namespace detail {
 class CommContext;
 }
 
-/// One entry of a communicator's flight recorder: what a recent collective was and how it ended.
-struct CollectiveRecord {
-  enum class State : std::uint8_t { issued, completed, failed };
-  std::uint64_t sequence = 0;
-  CollectiveOp op = CollectiveOp::barrier;
-  DType dtype = DType::u8;
-  ReduceOp reduce = ReduceOp::sum;
-  std::size_t count = 0;  ///< elements each rank contributes
-  std::size_t bytes = 0;  ///< bytes each rank contributes
-  int root = -1;
-  State state = State::issued;
-  double issued_seconds_ago = 0.0;
-  double duration_ms = -1.0;  ///< -1 while not finished
-
-  /// One line: "#12 all_reduce 1048576 x f32 (4.00 MiB) sum: completed in 3.1 ms".
-  std::string describe() const;
-};
-
 class Communicator {
  public:
   virtual ~Communicator();

@@ -1,8 +1,8 @@
 #pragma once
 
 /// @file
-/// The vocabulary of collectives: reduce operations, backends, and typed views of the memory
-/// they work on.
+/// The vocabulary of collectives: reduce operations, backends, typed views of the memory they
+/// work on, and the record of one collective. Their code is in `src/comm/types.cpp`.
 
 #include <cohort/core/device.hpp>
 #include <cohort/core/dtype.hpp>
@@ -123,6 +123,24 @@ class TensorView {
   std::size_t count_;
   DType dtype_;
   Device device_;
+};
+
+/// One entry of a communicator's flight recorder: what a recent collective was and how it ended.
+struct CollectiveRecord {
+  enum class State : std::uint8_t { issued, completed, failed };
+  std::uint64_t sequence = 0;
+  CollectiveOp op = CollectiveOp::barrier;
+  DType dtype = DType::u8;
+  ReduceOp reduce = ReduceOp::sum;
+  std::size_t count = 0;  ///< elements each rank contributes
+  std::size_t bytes = 0;  ///< bytes each rank contributes
+  int root = -1;
+  State state = State::issued;
+  double issued_seconds_ago = 0.0;
+  double duration_ms = -1.0;  ///< -1 while not finished
+
+  /// One line: "#12 all_reduce 1048576 x f32 (4.00 MiB) sum: completed in 3.1 ms".
+  std::string describe() const;
 };
 
 }  // namespace cohort

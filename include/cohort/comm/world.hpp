@@ -99,8 +99,4 @@ World init(WorldOptions options = {});
 /// every rank has; rethrows the first error a rank raised (the others are aborted by it).
 void run_local(int ranks, const std::function<void(World&)>& fn, WorldOptions options = {});
 
-/// Parses a duration as `COHORT_TIMEOUT` takes it: a number of seconds, or a number followed by
-/// "ms", "s", "m" or "h". @throws InvalidArgument naming `what` for anything else.
-std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what);
-
 }  // namespace cohort

@@ -48,6 +48,8 @@
 ///
 /// Variables set to the empty string count as unset.
 
+#include <cohort/core/env.hpp>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -60,12 +62,6 @@ enum class Launcher { none, cohortrun, torchrun, open_mpi, mpich, slurm };
 
 /// "none", "cohortrun", "torchrun", "Open MPI", "MPICH" or "Slurm".
 std::string_view to_string(Launcher launcher) noexcept;
-
-/// Looks up an environment variable; returns nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
-
-/// An `EnvLookup` over this process's environment (`getenv`).
-EnvLookup process_environment();
 
 /// This process's place in the run. See Note [Launch variable precedence].
 struct LaunchInfo {

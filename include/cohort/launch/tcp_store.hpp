@@ -66,8 +66,9 @@ class TcpStoreServer {
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   int port = 29500;
-  /// The token to present; when unset, `COHORT_STORE_TOKEN` from the environment (or none).
-  std::optional<std::string> token;
+  /// The token to present; empty means none. `connect_store` takes it from
+  /// `COHORT_STORE_TOKEN`; this class reads no environment.
+  std::string token;
   /// Deadline for blocking calls (get, wait, add...).
   Milliseconds timeout = Store::kDefaultTimeout;
   /// How long to keep retrying the first connection (the server may not be up yet).

@@ -12,6 +12,7 @@
 ///     std::cout << cohort::memory_report();
 
 #include <cohort/core/device.hpp>
+#include <cohort/core/format.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -69,8 +70,5 @@ void reset_memory_peaks() noexcept;
 ///     parameters       cuda:0       1.00 GiB       1.00 GiB
 ///     total            cuda:0       1.00 GiB       1.50 GiB
 std::string memory_report();
-
-/// "512 B", "1.50 KiB", "3.00 GiB": bytes with a binary unit and two decimals.
-std::string format_bytes(std::size_t bytes);
 
 }  // namespace cohort

@@ -16,7 +16,7 @@
 
 #include <cohort/core/float16.hpp>
 #include <cohort/core/host_device.hpp>
-#include <cohort/optim/schedule.hpp>
+#include <cohort/kernels/lr_schedule.hpp>
 
 #include <cstdint>
 #include <cstring>

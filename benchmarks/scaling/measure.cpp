@@ -1,0 +1,170 @@
+#include "scaling/measure.hpp"
+
+#include <layers/dataset.hpp>
+#include <layers/math.hpp>
+#include <layers/mlp.hpp>
+
+#include <cohort/ddp/data_parallel.hpp>
+#include <cohort/launch/store.hpp>
+#include <cohort/optim/data_parallel_target.hpp>
+#include <cohort/optim/sgd.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+namespace scaling {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+cohort::ParamRegistry registry_of(const layers::Workload& workload) {
+  cohort::ParamRegistry registry;
+  for (const layers::WorkloadLayer& layer : workload.layers) {
+    for (const layers::WorkloadParam& param : layer.params) registry.add(param.name, param.shape);
+  }
+  return registry;
+}
+
+RankSamples measure(cohort::World& world, const Setup& setup) {
+  const Options& options = setup.options;
+  const cohort::Stream stream = cohort::Stream::create(world.device());
+  layers::Math math(stream);
+  const bool real_mlp = setup.workload.name == "mlp" && !setup.simulated;
+
+  cohort::ParamRegistry registry;
+  std::unique_ptr<layers::Mlp> mlp;
+  const layers::MlpConfig mlp_config{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
+                                     .classes = 10, .dtype = cohort::DType::f32};
+  if (real_mlp) {
+    mlp = std::make_unique<layers::Mlp>(mlp_config, registry);
+  } else {
+    registry = registry_of(setup.workload);
+  }
+  cohort::DataParallelOptions dp_options;
+  dp_options.bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1048576.0);
+  dp_options.first_bucket_bytes = static_cast<std::size_t>(options.first_bucket_mb * 1048576.0);
+  dp_options.compute_stream = stream;
+  if (real_mlp) {
+    dp_options.init = [&](cohort::DataParallel& d) { mlp->initialise(d, math, 1); };
+  }
+  cohort::DataParallel dp(world, registry, dp_options);
+  cohort::Sgd optimizer(cohort::target_of(dp), cohort::SgdOptions{.lr = 1e-4f});
+
+  // Inputs for the real MLP: this rank's rows of the example's data set.
+  cohort::Buffer inputs, labels, stats;
+  if (real_mlp) {
+    mlp->bind(dp, math, setup.batch);
+    const layers::GaussianMixture data(layers::MixtureOptions{});
+    std::vector<float> x;
+    std::vector<std::int32_t> y;
+    data.append_rows(layers::Split::train, static_cast<std::uint64_t>(world.rank() * setup.batch),
+                     static_cast<std::size_t>(setup.batch), x, y);
+    inputs = math.allocate_bytes(x.size() * sizeof(float));
+    math.upload(inputs.data(), x.data(), x.size() * sizeof(float));
+    labels = math.allocate_bytes(y.size() * sizeof(std::int32_t));
+    math.upload(labels.data(), y.data(), y.size() * sizeof(std::int32_t));
+    stats = math.allocate_bytes(2 * sizeof(double));
+  }
+
+  // Each layer's work for this rank's batch: a sleep of the modelled time, or real GEMMs.
+  auto work = [&](double flops) {
+    if (setup.simulated) {
+      math.simulate(std::chrono::nanoseconds(
+          static_cast<std::int64_t>(flops / (options.sim_tflops * 1e12) * 1e9)));
+    } else {
+      math.gemm_work(flops);
+    }
+  };
+  const double batch = setup.batch;
+  std::vector<std::vector<cohort::ParamHandle>> layer_params;
+  for (const layers::WorkloadLayer& layer : setup.workload.layers) {
+    std::vector<cohort::ParamHandle> handles;
+    for (const layers::WorkloadParam& param : layer.params) handles.push_back(registry.find(param.name));
+    layer_params.push_back(std::move(handles));
+  }
+
+  cohort::Event start = cohort::Event::create(world.device(), true);
+  cohort::Event backward_done = cohort::Event::create(world.device(), true);
+  RankSamples samples;
+  for (int step = 0; step < options.warmup + options.steps; ++step) {
+    const auto begin = Clock::now();
+    start.record(stream);
+    if (real_mlp) {
+      mlp->forward(static_cast<const float*>(inputs.data()), setup.batch);
+      mlp->loss_and_backward(static_cast<const std::int32_t*>(labels.data()), setup.batch,
+                             1.0f / static_cast<float>(setup.batch),
+                             static_cast<double*>(stats.data()), &dp);
+    } else {
+      for (const layers::WorkloadLayer& layer : setup.workload.layers) work(layer.forward_flops * batch);
+      for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
+        work(2.0 * setup.workload.layers[l].forward_flops * batch);
+        for (const cohort::ParamHandle handle : layer_params[l]) dp.grad_ready(handle);
+      }
+    }
+    backward_done.record(stream);
+    dp.sync_grads();
+    optimizer.step();
+    stream.synchronize();
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+    const cohort::StepStats stats_now = dp.last_step_stats();
+    if (step < options.warmup) continue;
+    samples.step_ms.push_back(step_ms);
+    samples.compute_ms.push_back(static_cast<double>(cohort::Event::elapsed_ms(start, backward_done)));
+    samples.comm_ms.push_back(stats_now.comm_ms);
+    samples.exposed_ms.push_back(stats_now.exposed_ms);
+    samples.bytes = static_cast<double>(stats_now.bytes);
+    samples.collectives = static_cast<double>(stats_now.collectives);
+  }
+  return samples;
+}
+
+nlohmann::json to_json(const RankSamples& samples) {
+  return {{"step_ms", samples.step_ms},       {"compute_ms", samples.compute_ms},
+          {"comm_ms", samples.comm_ms},       {"exposed_ms", samples.exposed_ms},
+          {"bytes", samples.bytes},           {"collectives", samples.collectives}};
+}
+
+RankSamples from_json(const nlohmann::json& in) {
+  RankSamples samples;
+  samples.step_ms = in.at("step_ms").get<std::vector<double>>();
+  samples.compute_ms = in.at("compute_ms").get<std::vector<double>>();
+  samples.comm_ms = in.at("comm_ms").get<std::vector<double>>();
+  samples.exposed_ms = in.at("exposed_ms").get<std::vector<double>>();
+  samples.bytes = in.at("bytes").get<double>();
+  samples.collectives = in.at("collectives").get<double>();
+  return samples;
+}
+
+std::vector<int> rank_counts(int world_size) {
+  std::vector<int> counts;
+  for (int k = 1; k < world_size; k *= 2) counts.push_back(k);
+  counts.push_back(world_size);
+  return counts;
+}
+
+cohort::World sub_world(cohort::World& parent, int k, const std::string& scope) {
+  cohort::LaunchInfo launch;
+  launch.rank = parent.rank();
+  launch.world_size = k;
+  launch.local_rank = parent.local_rank();
+  const int node_first = parent.rank() - parent.local_rank();
+  launch.local_world_size = std::min(parent.local_size(), k - node_first);
+  launch.node_rank = parent.node_rank();
+  launch.num_nodes = (k + parent.local_size() - 1) / parent.local_size();
+  launch.run_id = scope;
+  launch.store_is_external = true;
+  cohort::WorldOptions options;
+  options.backend = parent.backend() == cohort::Backend::nccl ? cohort::BackendChoice::nccl
+                                                              : cohort::BackendChoice::gloo;
+  options.timeout = parent.timeout();
+  options.launch = launch;
+  options.ranks_per_node = parent.local_size();
+  options.store = std::make_shared<cohort::PrefixStore>(
+      scope, std::shared_ptr<cohort::Store>(parent.store().clone()));
+  return cohort::init(options);
+}
+
+}  // namespace scaling

@@ -1,0 +1,263 @@
+#include "scaling/report.hpp"
+
+#include "common/bench_common.hpp"
+
+#include <cohort/core/env.hpp>
+#include <cohort/core/error.hpp>
+#include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/version.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace scaling {
+namespace {
+
+using cohort::bench::machine_line;
+using cohort::bench::median;
+
+// The matplotlib script that draws --plot (tools/plot_scaling.py, embedded at build time).
+constexpr const char* kPlotScript =
+#include "scaling_bench_plot.inc"
+    ;
+
+/// A Python that has matplotlib: $COHORT_PYTHON, python3 on the PATH, or the system's.
+std::string find_python() {
+  std::vector<std::string> candidates;
+  if (auto chosen = cohort::env::text(cohort::env::kPython)) candidates.push_back(*chosen);
+  candidates.emplace_back("python3");
+  candidates.emplace_back("/usr/bin/python3");
+  for (const std::string& candidate : candidates) {
+    const std::string probe = candidate + " -c 'import matplotlib' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return candidate;
+  }
+  COHORT_FAIL(cohort::Error, "--plot needs python3 with matplotlib (Debian: python3-matplotlib; or "
+                             "set COHORT_PYTHON); the --json report can be plotted later with "
+                             "tools/plot_scaling.py");
+}
+
+}  // namespace
+
+Row summarize(int ranks, const std::vector<RankSamples>& all, double batch) {
+  Row row;
+  row.ranks = ranks;
+  const std::size_t steps = all.front().step_ms.size();
+  std::vector<double> step, compute, comm, exposed, imbalance;
+  for (std::size_t s = 0; s < steps; ++s) {
+    double slowest_step = 0, slowest_compute = 0, compute_sum = 0, comm_sum = 0, exposed_sum = 0;
+    for (const RankSamples& rank : all) {
+      slowest_step = std::max(slowest_step, rank.step_ms[s]);
+      slowest_compute = std::max(slowest_compute, rank.compute_ms[s]);
+      compute_sum += rank.compute_ms[s];
+      comm_sum += rank.comm_ms[s];
+      exposed_sum += rank.exposed_ms[s];
+    }
+    const double n = static_cast<double>(all.size());
+    step.push_back(slowest_step);
+    compute.push_back(compute_sum / n);
+    comm.push_back(comm_sum / n);
+    exposed.push_back(exposed_sum / n);
+    imbalance.push_back(slowest_compute - compute_sum / n);
+  }
+  row.step_ms = median(step);
+  row.compute_ms = median(compute);
+  row.comm_ms = median(comm);
+  row.exposed_ms = median(exposed);
+  row.imbalance_ms = median(imbalance);
+  row.throughput = ranks * batch / (row.step_ms / 1e3);
+  row.bytes = all.front().bytes;
+  row.collectives = all.front().collectives;
+  if (ranks > 1 && row.comm_ms > 0) {
+    row.overlap = std::clamp(1.0 - row.exposed_ms / row.comm_ms, 0.0, 1.0);
+    row.busbw = row.bytes / (row.comm_ms * 1e6) * 2.0 * (ranks - 1) / ranks;
+  }
+  return row;
+}
+
+void attribute(Row& row, const Row& one) {
+  row.efficiency = row.throughput / (row.ranks * one.throughput);
+  const double lost_ms = row.step_ms - one.step_ms;
+  row.lost = lost_ms / row.step_ms;
+  if (row.ranks == 1) return;
+  // A rank that finishes backward early waits for the slowest inside the collectives, so its
+  // exposed time includes the imbalance: count that part once, as imbalance.
+  const double imbalance = std::max(0.0, row.imbalance_ms);
+  const double exposed = std::max(0.0, row.exposed_ms - imbalance);
+  row.lost_exposed = exposed / row.step_ms;
+  row.lost_imbalance = imbalance / row.step_ms;
+  row.lost_overhead = (lost_ms - exposed - imbalance) / row.step_ms;
+}
+
+Projection project(int gpus, const Setup& setup, const Row& one, const cohort::ParamRegistry& registry) {
+  const Options& o = setup.options;
+  Projection p;
+  p.gpus = gpus;
+  const bool inside = gpus <= o.gpus_per_node;
+  p.link_gbps = inside ? o.link_gbps : o.node_gbps;
+  p.latency_us = inside ? o.link_latency_us : o.node_latency_us;
+  p.link = inside ? "in a node" : "across nodes";
+  const cohort::BucketPlan plan = cohort::make_bucket_plan(
+      registry, gpus, static_cast<std::size_t>(o.bucket_mb * 1048576.0),
+      static_cast<std::size_t>(o.first_bucket_mb * 1048576.0));
+  // When each parameter's gradient is complete: forward is a third of the compute, then the
+  // layers' backward in reverse, each in proportion to its FLOPs, scaled to the measured compute.
+  const double total_flops = 3.0 * setup.workload.forward_flops();
+  const double scale = total_flops > 0 ? one.compute_ms / total_flops : 0.0;
+  std::vector<double> ready(registry.size(), 0.0);
+  double clock = setup.workload.forward_flops() * scale;
+  for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
+    const layers::WorkloadLayer& layer = setup.workload.layers[l];
+    clock += 2.0 * layer.forward_flops * scale;
+    for (const layers::WorkloadParam& param : layer.params) ready[registry.find(param.name).index] = clock;
+  }
+  const double n = gpus;
+  double comm_end = 0.0;
+  for (const cohort::Bucket& bucket : plan.buckets) {
+    double bucket_ready = 0.0;
+    for (const std::uint32_t index : bucket.params) bucket_ready = std::max(bucket_ready, ready[index]);
+    const double bytes = static_cast<double>(bucket.slice.count * cohort::size_of(plan.dtype));
+    const double ms = (2.0 * (n - 1) * p.latency_us * 1e-3) +
+                      2.0 * (n - 1) / n * bytes / (p.link_gbps * 1e9) * 1e3;
+    p.comm_ms += ms;
+    comm_end = std::max(comm_end, bucket_ready) + ms;
+  }
+  p.exposed_ms = std::max(0.0, comm_end - one.compute_ms);
+  p.step_ms = one.step_ms + p.exposed_ms;
+  p.efficiency = one.step_ms / p.step_ms;
+  p.throughput = n * setup.batch / (p.step_ms / 1e3);
+  return p;
+}
+
+void print_report(const Setup& setup, const std::vector<Row>& rows,
+                  const std::vector<Projection>& projections, const cohort::World& world,
+                  std::size_t buckets) {
+  const Options& o = setup.options;
+  const layers::Workload& w = setup.workload;
+  std::printf("# scaling_bench: %s, %.1fM parameters in %zu tensors (%.1f MB of f32 gradients), "
+              "%d %s per rank; cohort %s\n",
+              w.name.c_str(), static_cast<double>(w.parameter_count()) / 1e6, w.tensor_count(),
+              static_cast<double>(w.parameter_count()) * 4e-6, setup.batch, w.sample_unit.c_str(),
+              cohort::version());
+  std::printf("# up to %d ranks, %s, on %s; %s\n", rows.back().ranks,
+              std::string(cohort::to_string(world.backend())).c_str(),
+              world.device().is_host() ? "host ranks" : "GPUs", machine_line().c_str());
+  if (setup.simulated) {
+    std::printf("# compute: SIMULATED (a sleep of each layer's FLOPs / %g TFLOP/s on the compute "
+                "stream; not a GPU measurement); communication: real\n", o.sim_tflops);
+  } else {
+    std::printf("# compute: real (%s)\n", world.device().is_host()
+                                              ? "OpenBLAS on the host"
+                                              : (w.name == "mlp" ? "the MLP's layers, cuBLAS FP32"
+                                                                 : "cuBLAS TF32 GEMMs sized to each layer's FLOPs"));
+  }
+  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %d timed steps after %d "
+              "warm-up; step times are medians of the slowest rank\n#\n",
+              o.bucket_mb, o.first_bucket_mb, buckets, o.steps, o.warmup);
+  std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s = %8s + %9s + %8s\n", "ranks", "step",
+              "throughput", "effic", "compute", "comm", "exposed", "overlap", "busbw", "lost",
+              "exposed", "imbalance", "overhead");
+  std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s   %8s   %9s   %8s\n", "", "(ms)",
+              (w.sample_unit + "/s").c_str(), "(%)", "(ms)", "(ms)", "(ms)", "(%)", "(GB/s)", "(%)",
+              "(%)", "(%)", "(%)");
+  for (const Row& r : rows) {
+    if (r.ranks == 1) {
+      std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9s %9s %7s %9s | %6s   %8s   %9s   %8s\n",
+                  r.ranks, r.step_ms, r.throughput, 100.0 * r.efficiency, r.compute_ms, "-", "-",
+                  "-", "-", "-", "-", "-", "-");
+      continue;
+    }
+    std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9.2f %9.2f %7.1f %9.3f | %6.1f = %8.1f + %9.1f + %8.1f\n",
+                r.ranks, r.step_ms, r.throughput, 100.0 * r.efficiency, r.compute_ms, r.comm_ms,
+                r.exposed_ms, 100.0 * r.overlap, r.busbw, 100.0 * r.lost, 100.0 * r.lost_exposed,
+                100.0 * r.lost_imbalance, 100.0 * r.lost_overhead);
+  }
+  std::printf("#\n# projection, ring model per bucket: 2(n-1) alpha + 2(n-1)/n x bytes / B; buckets "
+              "issued as backward makes them ready; compute as measured at 1 rank%s; imbalance and "
+              "overhead not modelled\n",
+              setup.simulated ? " (simulated)" : "");
+  for (const Projection& p : projections) {
+    std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9.2f %9.2f %7.1f %9s | %6.1f = %8.1f + %9.1f + %8.1f"
+                "   (B %g GB/s, alpha %g us %s: given)\n",
+                p.gpus, p.step_ms, p.throughput, 100.0 * p.efficiency, rows.front().compute_ms,
+                p.comm_ms, p.exposed_ms,
+                p.comm_ms > 0 ? 100.0 * (1.0 - p.exposed_ms / p.comm_ms) : 100.0, "-",
+                100.0 * (1.0 - p.efficiency), 100.0 * (1.0 - p.efficiency), 0.0, 0.0, p.link_gbps,
+                p.latency_us, p.link.c_str());
+  }
+  if (world.backend() == cohort::Backend::nccl && rows.back().ranks > 1) {
+    std::printf("# measured busbw at %d GPUs: %.1f GB/s; --link-gbps %.0f projects from it\n",
+                rows.back().ranks, rows.back().busbw, rows.back().busbw);
+  }
+  std::fflush(stdout);
+}
+
+nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
+                           const std::vector<Projection>& projections, const cohort::World& world) {
+  const Options& o = setup.options;
+  nlohmann::json out;
+  out["workload"] = setup.workload.name;
+  out["parameters"] = setup.workload.parameter_count();
+  out["tensors"] = setup.workload.tensor_count();
+  out["batch_per_rank"] = setup.batch;
+  out["sample_unit"] = setup.workload.sample_unit;
+  out["backend"] = std::string(cohort::to_string(world.backend()));
+  out["device"] = world.device().is_host() ? "host" : "cuda";
+  out["compute"] = setup.simulated ? "simulated" : "real";
+  if (setup.simulated) out["simulated_tflops"] = o.sim_tflops;
+  out["machine"] = machine_line();
+  out["cohort_version"] = cohort::version();
+  out["steps"] = o.steps;
+  out["bucket_mb"] = o.bucket_mb;
+  out["first_bucket_mb"] = o.first_bucket_mb;
+  out["ranks"] = rows.back().ranks;
+  out["rows"] = nlohmann::json::array();
+  for (const Row& r : rows) {
+    out["rows"].push_back({{"ranks", r.ranks},
+                           {"step_ms", r.step_ms},
+                           {"throughput", r.throughput},
+                           {"efficiency", r.efficiency},
+                           {"compute_ms", r.compute_ms},
+                           {"comm_ms", r.comm_ms},
+                           {"exposed_comm_ms", r.exposed_ms},
+                           {"imbalance_ms", r.imbalance_ms},
+                           {"overlap", r.overlap},
+                           {"busbw_gbps", r.busbw},
+                           {"bytes_per_step", r.bytes},
+                           {"collectives_per_step", r.collectives},
+                           {"lost", r.lost},
+                           {"lost_exposed_comm", r.lost_exposed},
+                           {"lost_imbalance", r.lost_imbalance},
+                           {"lost_overhead", r.lost_overhead}});
+  }
+  out["projection"] = {{"model", "ring: 2(n-1) alpha + 2(n-1)/n bytes / B per bucket"},
+                       {"link_gbps", o.link_gbps}, {"link_latency_us", o.link_latency_us},
+                       {"node_gbps", o.node_gbps}, {"node_latency_us", o.node_latency_us},
+                       {"gpus_per_node", o.gpus_per_node}, {"link_numbers", "given"},
+                       {"rows", nlohmann::json::array()}};
+  for (const Projection& p : projections) {
+    out["projection"]["rows"].push_back({{"ranks", p.gpus},
+                                         {"step_ms", p.step_ms},
+                                         {"throughput", p.throughput},
+                                         {"efficiency", p.efficiency},
+                                         {"comm_ms", p.comm_ms},
+                                         {"exposed_comm_ms", p.exposed_ms},
+                                         {"link_gbps", p.link_gbps},
+                                         {"latency_us", p.latency_us},
+                                         {"lost_exposed_comm", 1.0 - p.efficiency}});
+  }
+  return out;
+}
+
+void write_plot(const std::string& json_path, const std::string& png_path) {
+  const std::string command = find_python() + " - '" + json_path + "' '" + png_path + "'";
+  std::FILE* pipe = popen(command.c_str(), "w");
+  COHORT_CHECK(pipe != nullptr, cohort::Error, "could not start python3 for --plot");
+  std::fputs(kPlotScript, pipe);
+  const int status = pclose(pipe);
+  COHORT_CHECK(status == 0, cohort::Error,
+               "python3 (with matplotlib) failed to draw " + png_path +
+                   "; install python3-matplotlib, or plot the --json file with tools/plot_scaling.py");
+}
+
+}  // namespace scaling

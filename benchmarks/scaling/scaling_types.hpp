@@ -1,0 +1,61 @@
+#pragma once
+
+// The options of scaling_bench and what its measurement hands to its report.
+
+#include <layers/workloads.hpp>
+
+#include <string>
+#include <vector>
+
+namespace scaling {
+
+struct Options {
+  std::string workload = "mlp";
+  int ranks = 0;             // host ranks as threads (when not started by a launcher)
+  int batch_per_rank = 0;    // 0: the workload's default
+  int steps = 20;
+  int warmup = 3;
+  std::string compute = "auto";  // auto, real, simulated
+  double sim_tflops = 0.05;
+  double bucket_mb = 0.0;  // 0: 25 MiB, or 4 MiB for the (small) mlp
+  double first_bucket_mb = 1.0;
+  int hidden = 1024;         // mlp workload
+  int layers = 8;
+  double link_gbps = 230.0;  // all-reduce busbw inside a node: 8xA100 SXM4 NVLink
+  double link_latency_us = 2.0;
+  double node_gbps = 192.0;  // across nodes: DGX A100, 8x HDR InfiniBand
+  double node_latency_us = 6.0;
+  int gpus_per_node = 8;
+  std::string json;
+  std::string plot;
+};
+
+/// What one rank measured at one rank count, step by step.
+struct RankSamples {
+  std::vector<double> step_ms, compute_ms, comm_ms, exposed_ms;
+  double bytes = 0.0;
+  double collectives = 0.0;
+};
+
+struct Row {
+  int ranks = 0;
+  double step_ms = 0, throughput = 0, efficiency = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0,
+         imbalance_ms = 0, overlap = 0, busbw = 0, bytes = 0, collectives = 0;
+  double lost = 0, lost_exposed = 0, lost_imbalance = 0, lost_overhead = 0;  // fractions of the step
+};
+
+struct Projection {
+  int gpus = 0;
+  double link_gbps = 0, latency_us = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, efficiency = 0,
+         throughput = 0;
+  std::string link;
+};
+
+struct Setup {
+  Options options;
+  layers::Workload workload;
+  bool simulated = false;
+  int batch = 0;
+};
+
+}  // namespace scaling

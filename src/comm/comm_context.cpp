@@ -1,0 +1,292 @@
+#include "comm_context.hpp"
+
+#include "watchdog.hpp"
+
+#include <cohort/core/error.hpp>
+#include <cohort/core/logging.hpp>
+#include <cohort/version.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+namespace cohort::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
+constexpr auto kAnswerWait = std::chrono::milliseconds(1500);
+
+std::int64_t unix_millis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string CommContext::describe() const {
+  return "communicator '" + name + "' (rank " + std::to_string(rank) + " of " +
+         std::to_string(size) + ", global rank " + std::to_string(global_rank(rank)) + ")";
+}
+
+std::string versions_line(const CommContext& context) {
+  return std::string("cohort ") + COHORT_VERSION_STRING + ", " + context.backend_version;
+}
+
+void CommContext::set_backend_abort(std::function<void()> fn) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  backend_abort_ = std::move(fn);
+}
+
+bool CommContext::abort(const std::string& reason) noexcept {
+  std::function<void()> backend_abort;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_.exchange(true)) {
+      return false;
+    }
+    abort_reason_ = reason;
+    backend_abort = backend_abort_;
+  }
+  COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
+  if (backend_abort) {
+    try {
+      backend_abort();
+    } catch (const std::exception& error) {
+      COHORT_LOG(error) << "aborting " << describe() << " failed: " << error.what();
+    }
+  }
+  return true;
+}
+
+std::string CommContext::abort_reason() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return abort_reason_;
+}
+
+void CommContext::track(const std::shared_ptr<WorkState>& work) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+  works_.push_back(work);
+}
+
+std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
+  // A work's probe may fail it and abort this context (NCCL's asynchronous errors), which takes
+  // this mutex: poll outside it.
+  std::vector<std::shared_ptr<WorkState>> works;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    works = works_;
+  }
+  std::erase_if(works, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+  return works;
+}
+
+void CommContext::fail_in_flight(const std::exception_ptr& error) {
+  for (const auto& work : in_flight()) {
+    work->fail(error);
+  }
+}
+
+void publish_progress(CommContext& context) noexcept {
+  try {
+    const auto watchdog = context.watchdog.lock();
+    const std::int64_t answered = watchdog ? watchdog->answered_request() : 0;
+    context.monitor_store->set("progress/" + std::to_string(context.rank),
+                               std::to_string(context.issued.load()) + " " +
+                                   std::to_string(context.recorder->last_finished()) + " " +
+                                   std::to_string(unix_millis()) + " " +
+                                   std::to_string(answered));
+  } catch (const std::exception& error) {
+    COHORT_LOG(debug) << "could not publish progress of " << context.describe() << ": "
+                      << error.what();
+  }
+}
+
+std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
+  struct Progress {
+    bool published = false;
+    std::uint64_t issued = 0;
+    std::int64_t at = 0;
+    std::int64_t answered = 0;
+  };
+  std::vector<Progress> progress(static_cast<std::size_t>(context.size));
+  try {
+    // Ask for fresh progress and give every watchdog a moment to answer.
+    const auto watchdog = context.watchdog.lock();
+    const std::int64_t request = watchdog ? watchdog->request_progress() : 0;
+    publish_progress(context);
+    const auto give_up = Clock::now() + kAnswerWait;
+    while (true) {
+      bool all_answered = true;
+      for (int member = 0; member < context.size; ++member) {
+        Progress& p = progress[static_cast<std::size_t>(member)];
+        const std::string key = "progress/" + std::to_string(member);
+        if (member == context.rank || !context.monitor_store->check({key})) {
+          all_answered = all_answered && member == context.rank;
+          continue;
+        }
+        std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
+        fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
+        p.published = true;
+        all_answered = all_answered && p.answered >= request;
+      }
+      if (watchdog) {
+        watchdog->answer_progress_request();
+      }
+      if (all_answered || request == 0 || Clock::now() >= give_up) {
+        for (Progress& p : progress) {
+          p.answered = request == 0 ? 0 : (p.answered >= request ? 1 : -1);
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception& error) {
+    return "the store could not be read to find which ranks had not arrived (" +
+           std::string(error.what()) +
+           "); the process that hosts it (rank 0 or cohortrun) may have died. ";
+  }
+  std::string not_arrived;
+  std::string silent;
+  for (int member = 0; member < context.size; ++member) {
+    if (member == context.rank) {
+      continue;
+    }
+    const Progress& p = progress[static_cast<std::size_t>(member)];
+    const std::string name = "rank " + std::to_string(context.global_rank(member));
+    if (!p.published || p.answered < 0) {
+      silent += (silent.empty() ? "" : ", ") + name;
+      if (p.published && p.issued < sequence) {
+        not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
+                       std::to_string(p.issued) + ")";
+      }
+      continue;
+    }
+    if (p.issued < sequence) {
+      not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
+                     std::to_string(p.issued) + ")";
+    }
+  }
+  std::string text;
+  if (!not_arrived.empty()) {
+    text += "ranks that had not arrived: " + not_arrived + ". ";
+  }
+  if (!silent.empty()) {
+    text += "ranks not responding (their process died or is stuck): " + silent + ". ";
+  }
+  if (text.empty()) {
+    text = "every rank had issued it; the backend itself stalled or failed (check "
+           "NCCL_DEBUG=WARN output, the network, and the GPUs). ";
+  }
+  return text;
+}
+
+SplitPlan plan_split(CommContext& context, int color, int key) {
+  const std::uint64_t index = ++context.splits;
+  const std::string prefix = "split" + std::to_string(index) + "/";
+  context.store->set(prefix + std::to_string(context.rank),
+                     std::to_string(color) + " " + std::to_string(key));
+  std::vector<std::string> keys;
+  for (int member = 0; member < context.size; ++member) {
+    keys.push_back(prefix + std::to_string(member));
+  }
+  context.store->wait(keys, context.timeout);
+  struct Entry {
+    int color;
+    int key;
+    int rank;
+  };
+  std::vector<Entry> entries;
+  for (int member = 0; member < context.size; ++member) {
+    std::istringstream fields(context.store->get(keys[static_cast<std::size_t>(member)]));
+    Entry entry{0, 0, member};
+    fields >> entry.color >> entry.key;
+    entries.push_back(entry);
+  }
+  SplitPlan plan;
+  if (color < 0) {
+    return plan;
+  }
+  std::vector<Entry> group;
+  for (const Entry& entry : entries) {
+    if (entry.color == color) {
+      group.push_back(entry);
+    }
+  }
+  std::sort(group.begin(), group.end(), [](const Entry& a, const Entry& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  plan.member = true;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (group[i].rank == context.rank) {
+      plan.rank = static_cast<int>(i);
+    }
+    plan.parent_ranks.push_back(group[i].rank);
+    plan.global_ranks.push_back(context.global_rank(group[i].rank));
+  }
+  plan.id = context.id + "/split" + std::to_string(index) + "c" + std::to_string(color);
+  return plan;
+}
+
+std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
+                                                std::string name) {
+  auto child = std::make_shared<CommContext>();
+  child->rank = plan.rank;
+  child->size = static_cast<int>(plan.parent_ranks.size());
+  child->device = parent.device;
+  child->backend = parent.backend;
+  child->backend_version = parent.backend_version;
+  child->name = std::move(name);
+  child->id = plan.id;
+  child->global_ranks = plan.global_ranks;
+  child->timeout = parent.timeout;
+  child->debug_collectives = parent.debug_collectives;
+  child->watchdog = parent.watchdog;
+  child->host_transport = parent.host_transport;
+  child->single_node_world = parent.single_node_world;
+  for (const int parent_rank : plan.parent_ranks) {
+    if (static_cast<std::size_t>(parent_rank) < parent.member_nodes.size()) {
+      child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);
+    }
+  }
+  // Scope both handles to the child's id under the world's scope (the parent's base).
+  auto rescope = [&](const std::shared_ptr<Store>& scoped) -> std::shared_ptr<Store> {
+    auto* prefix = dynamic_cast<PrefixStore*>(scoped.get());
+    return std::make_shared<PrefixStore>(plan.id, prefix != nullptr ? prefix->base() : scoped);
+  };
+  child->store = rescope(parent.store);
+  child->monitor_store = rescope(parent.monitor_store);
+  return child;
+}
+
+void wait_for_members(CommContext& context, const std::string& what) {
+  const std::string prefix = what + "/joined/";
+  context.store->set(prefix + std::to_string(context.rank), "1");
+  std::vector<std::string> keys;
+  for (int member = 0; member < context.size; ++member) {
+    keys.push_back(prefix + std::to_string(member));
+  }
+  try {
+    context.store->wait(keys, context.timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int member = 0; member < context.size; ++member) {
+      if (!context.store->check({keys[static_cast<std::size_t>(member)]})) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(context.global_rank(member));
+      }
+    }
+    COHORT_FAIL(TimeoutError,
+                "rank " + std::to_string(context.global_rank(context.rank)) + ": creating " +
+                    context.describe() + " timed out after " +
+                    std::to_string(context.timeout.count()) + " ms: ranks " + missing +
+                    " never joined. Check that they started, reached the same point, and use "
+                    "the same store (MASTER_ADDR, MASTER_PORT, COHORT_STORE).");
+  }
+}
+
+}  // namespace cohort::detail
