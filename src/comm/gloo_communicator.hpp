@@ -3,19 +3,13 @@
 // The host backend: collectives over Gloo, run on the communicator's own worker thread.
 
 #include "comm_context.hpp"
+#include "gloo_mesh.hpp"  // the Gloo declarations
 #include "host_worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 
 #include <memory>
 #include <string>
-
-namespace gloo {
-class Context;
-namespace transport {
-class Device;
-}
-}  // namespace gloo
 
 namespace cohort::detail {
 
