@@ -83,7 +83,7 @@ class ProgressLines {
 };
 
 /// The expected duration, printed before the run.
-void print_expectation(const Setup& setup, const std::vector<int>& counts, double budget_per_count_s) {
+void print_expectation(const Setup& setup, const std::vector<int>& counts) {
   const Options& o = setup.options;
   std::string list;
   for (const int k : counts) list += (list.empty() ? "" : ", ") + std::to_string(k);
@@ -94,11 +94,10 @@ void print_expectation(const Setup& setup, const std::vector<int>& counts, doubl
                  list.c_str());
   }
   if (setup.budgeted) {
-    std::fprintf(stderr, "scaling_bench: expected about %.0f s: per rank count %d warm-up step(s), "
-                 "then as many of %d timed steps as fit %.0f s (--budget-s %g; at least 3, so "
-                 "longer when 3 steps take longer)\n",
-                 static_cast<double>(counts.size()) * budget_per_count_s * 1.25, o.warmup, o.steps,
-                 budget_per_count_s, o.budget_s);
+    std::fprintf(stderr, "scaling_bench: expected about %.0f s (--budget-s): per rank count %d "
+                 "warm-up step(s), then as many of %d timed steps as fit its share of what is left "
+                 "of the budget (at least 3: longer when 3 steps alone take longer)\n",
+                 o.budget_s, o.warmup, o.steps);
   } else {
     std::fprintf(stderr, "scaling_bench: %zu rank counts x (%d warm-up + %d timed steps); each "
                  "count prints its step time after its warm-up\n", counts.size(), o.warmup, o.steps);
@@ -111,18 +110,23 @@ int run(cohort::World& world, const Setup& setup) {
   std::size_t buckets = 0;
   const std::string run_scope = "scaling";  // the world's store is scoped to this world
   const std::vector<int> counts = rank_counts(world.size());
-  const double budget_per_count_s = setup.options.budget_s / static_cast<double>(counts.size());
   Progress progress;
   std::optional<ProgressLines> lines;
   if (leader) {
-    print_expectation(setup, counts, budget_per_count_s);
+    print_expectation(setup, counts);
     lines.emplace(progress);
   }
-  for (const int k : counts) {
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t index = 0; index < counts.size(); ++index) {
+    const int k = counts[index];
     const std::string scope = run_scope + "/" + std::to_string(k);
     if (world.rank() < k) {
+      // What is left of the budget, shared by the rank counts still to run (set-up included).
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double share = std::max(0.0, setup.options.budget_s - spent) /
+                           static_cast<double>(counts.size() - index);
       cohort::World group = sub_world(world, k, scope);
-      const RankSamples samples = measure(group, setup, budget_per_count_s, leader ? &progress : nullptr);
+      const RankSamples samples = measure(group, setup, share, leader ? &progress : nullptr);
       world.store().set(scope + "/result/" + std::to_string(world.rank()), to_json(samples).dump());
     }
     world.store().set(scope + "/done/" + std::to_string(world.rank()), "1");

@@ -31,6 +31,7 @@ cohort::ParamRegistry registry_of(const layers::Workload& workload) {
 
 RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_count_s,
                     Progress* progress) {
+  // budget_per_count_s is replaced by the ranks' agreed value after the warm-up.
   const Options& options = setup.options;
   const cohort::Stream stream = cohort::Stream::create(world.device());
   layers::Math math(stream);
@@ -101,11 +102,14 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   for (int step = 0; step < options.warmup + timed; ++step) {
     if (step == options.warmup && setup.budgeted) {
       // The slowest rank's warm-up step says how many timed steps fit the budget; every rank
-      // must run the same number.
-      float slowest = static_cast<float>(last_step_s);
-      dp.comm().all_reduce(cohort::TensorView::of(&slowest, 1, cohort::Device::host()),
+      // must run the same number, so the budget is agreed too (the max of its negation: the
+      // smallest of the ranks' clocks' budgets).
+      float agreed[2] = {static_cast<float>(last_step_s), -static_cast<float>(budget_per_count_s)};
+      dp.comm().all_reduce(cohort::TensorView::of(agreed, 2, cohort::Device::host()),
                            cohort::ReduceOp::max, stream).wait();
       stream.synchronize();
+      const float slowest = agreed[0];
+      budget_per_count_s = -static_cast<double>(agreed[1]);
       const int fit = slowest > 0.0f ? static_cast<int>(budget_per_count_s / static_cast<double>(slowest))
                                       : options.steps;
       timed = std::clamp(fit, std::min(3, options.steps), options.steps);

@@ -30,7 +30,7 @@ cohort::ParamRegistry registry_of(const layers::Workload& workload);
 
 /// Runs the workload on `world` and returns this rank's samples. With `setup.budgeted`, the ranks
 /// agree after the warm-up on as many timed steps as fit `budget_per_count_s` (3 at least,
-/// `steps` at most). `progress` (rank 0's, or null) follows the steps.
+/// `steps` at most; the smallest of the ranks' values counts). `progress` (rank 0's, or null) follows the steps.
 RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_count_s,
                     Progress* progress);
 

@@ -18,7 +18,7 @@ struct Options {
   std::string compute = "auto";  // auto, real, simulated
   double sim_tflops = 0.0;       // 0: the rate that makes a step's compute take target_step_ms
   double target_step_ms = 200.0;  // simulated compute per step (forward and backward)
-  double budget_s = 90.0;  // host ranks: timed steps are cut so the run takes about this long
+  double budget_s = 60.0;  // host ranks: timed steps are cut so the run takes about this long
   double bucket_mb = 0.0;  // 0: 25 MiB, or 4 MiB for the (small) mlp
   double first_bucket_mb = 1.0;
   int hidden = 1024;         // mlp workload
