@@ -6,7 +6,7 @@
 ///     cohort::World world = cohort::init();      // cohortrun, torchrun, srun, mpirun...
 ///     world.comm().all_reduce(grads, cohort::ReduceOp::avg, stream);
 ///
-///     cohort::run_local(4, [](cohort::World& world) { ... });   // 4 ranks as threads
+///     cohort::run_local(4, [](cohort::World& world) { /* this rank's program */ });  // 4 threads
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/launch_info.hpp>
