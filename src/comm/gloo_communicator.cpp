@@ -133,7 +133,7 @@ bool overlaps(const TensorView& a, const TensorView& b) {
 /// Runs one collective on the calling thread. After an abort it touches no user buffer.
 void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
              const CommContext& ctx) {
-  const auto timeout = ctx.timeout + kGlooGrace;
+  const auto timeout = ctx.timeout() + kGlooGrace;
   auto check_not_aborted = [&] {
     COHORT_CHECK(!ctx.aborted(), Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
   };
@@ -156,7 +156,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (input != output) {
           std::memcpy(output, input, call.output.bytes());
         }
-        if (ctx.size > 1) {
+        if (ctx.size() > 1) {
           gloo::AllreduceOptions options(gloo);
           options.setOutput(output, count);
           options.setReduceFunction(reduce_function<T>(call.reduce));
@@ -165,7 +165,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           check_not_aborted();
         }
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size);
+          divide(output, count, ctx.size());
         }
         return;
       }
@@ -177,7 +177,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           return;
         }
         std::vector<T> scratch(input, input + call.input.count());
-        if (ctx.size > 1) {
+        if (ctx.size() > 1) {
           gloo::AllreduceOptions options(gloo);
           options.setOutput(scratch.data(), scratch.size());
           options.setReduceFunction(reduce_function<T>(call.reduce));
@@ -185,10 +185,10 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           gloo::allreduce(options);
           check_not_aborted();
         }
-        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank) * count,
+        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank()) * count,
                     count * sizeof(T));
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size);
+          divide(output, count, ctx.size());
         }
         return;
       }
@@ -202,20 +202,20 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           staged.assign(input, input + count);
           input = staged.data();
         }
-        if (ctx.size == 1) {
+        if (ctx.size() == 1) {
           std::memcpy(output, input, count * sizeof(T));
           return;
         }
         gloo::AllgatherOptions options(gloo);
         options.setInput(input, count);
-        options.setOutput(output, count * static_cast<std::size_t>(ctx.size));
+        options.setOutput(output, count * static_cast<std::size_t>(ctx.size()));
         options.setTimeout(timeout);
         gloo::allgather(options);
         return;
       }
       case CollectiveOp::broadcast: {
         const std::size_t count = call.output.count();
-        if (count == 0 || ctx.size == 1) {
+        if (count == 0 || ctx.size() == 1) {
           return;
         }
         gloo::BroadcastOptions options(gloo);
@@ -309,16 +309,16 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
   ctx.backend_version = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
                         std::to_string(GLOO_VERSION_MINOR) + "." +
                         std::to_string(GLOO_VERSION_PATCH);
-  wait_for_members(ctx, "gloo");
-  auto gloo_context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
-  gloo_context->setTimeout(ctx.timeout + kGlooGrace);
-  GlooStore store(std::make_shared<PrefixStore>("gloo", ctx.store), ctx.timeout);
+  ctx.group.barrier("gloo/joined");
+  auto gloo_context = std::make_shared<gloo::rendezvous::Context>(ctx.rank(), ctx.size());
+  gloo_context->setTimeout(ctx.timeout() + kGlooGrace);
+  GlooStore store(std::make_shared<PrefixStore>("gloo", ctx.store()), ctx.timeout());
   try {
     gloo_context->connectFullMesh(store, device_);
   } catch (const cohort::Error&) {
     throw;
   } catch (const std::exception& error) {
-    COHORT_FAIL(Error, "rank " + std::to_string(ctx.global_rank(ctx.rank)) + ": connecting " +
+    COHORT_FAIL(Error, "rank " + std::to_string(ctx.global_rank(ctx.rank())) + ": connecting " +
                            ctx.describe() + " failed: " + error.what());
   }
   gloo_ = std::move(gloo_context);

@@ -133,14 +133,14 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
   ctx.backend_version = nccl_version_string();
   handle_->device = ctx.device;
   bind_cuda_device(ctx.device);
-  wait_for_members(ctx, "nccl");
+  ctx.group.barrier("nccl/joined");
 
   ncclUniqueId id;
-  if (ctx.rank == 0) {
+  if (ctx.rank() == 0) {
     COHORT_NCCL_TRY(ncclGetUniqueId(&id));
-    ctx.store->set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal)));
+    ctx.store()->set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal)));
   } else {
-    const std::string bytes = ctx.store->get("nccl/unique_id", ctx.timeout);
+    const std::string bytes = ctx.store()->get("nccl/unique_id", ctx.timeout());
     COHORT_CHECK(bytes.size() == sizeof(id.internal), Error,
                  "the NCCL unique id in the store has " + std::to_string(bytes.size()) +
                      " bytes, expected " + std::to_string(sizeof(id.internal)));
@@ -148,22 +148,22 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
   }
 
   const std::string what =
-      "rank " + std::to_string(ctx.global_rank(ctx.rank)) + ": creating " + ctx.describe();
+      "rank " + std::to_string(ctx.global_rank(ctx.rank())) + ": creating " + ctx.describe();
   ncclConfig_t config = nonblocking_config();
-  const ncclResult_t started = ncclCommInitRankConfig(&handle_->comm, ctx.size, id, ctx.rank,
+  const ncclResult_t started = ncclCommInitRankConfig(&handle_->comm, ctx.size(), id, ctx.rank(),
                                                       &config);
   if (started != ncclSuccess && started != ncclInProgress) {
     COHORT_FAIL(NcclError,
                 what + ": " + describe_nccl_error("ncclCommInitRankConfig", started, nullptr));
   }
-  const ncclResult_t settled = settle(handle_->comm, Clock::now() + ctx.timeout);
+  const ncclResult_t settled = settle(handle_->comm, Clock::now() + ctx.timeout());
   if (settled != ncclSuccess) {
     (void)ncclCommAbort(handle_->comm);
     handle_->comm = nullptr;
     check_settled(settled, "ncclCommInitRankConfig", nullptr,
                   what + " (every rank had joined the store; NCCL's own bootstrap stalled: "
                          "check NCCL_SOCKET_IFNAME and NCCL_DEBUG=INFO)",
-                  ctx.timeout);
+                  ctx.timeout());
   }
   install();
 }
@@ -266,7 +266,7 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
   if (result == ncclInProgress) {
     // Non-blocking: the enqueue itself may still be settling; poll without holding the lock
     // between polls, so an abort can come in.
-    result = settle(handle_->comm, Clock::now() + ctx.timeout, &handle_->mutex, &handle_->aborted);
+    result = settle(handle_->comm, Clock::now() + ctx.timeout(), &handle_->mutex, &handle_->aborted);
   }
   if (result == ncclInvalidArgument) {
     // NCCL: the call had no effect and the communicator is still usable.
@@ -315,7 +315,7 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
   // here: the slot is on the heap and, in that case, deliberately left to NCCL.
   auto* slot = new ncclComm_t(nullptr);
   ncclConfig_t config = nonblocking_config();
-  const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank)) +
+  const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank())) +
                            ": splitting " + parent.describe();
   ncclResult_t result = ncclSuccess;
   {
@@ -326,7 +326,7 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
       result = ncclCommSplit(handle_->comm, plan.member ? color : NCCL_SPLIT_NOCOLOR, key, slot,
                              &config);
     }
-    const auto deadline = Clock::now() + parent.timeout;
+    const auto deadline = Clock::now() + parent.timeout();
     if (result == ncclInProgress || result == ncclSuccess) {
       result = settle(handle_->comm, deadline, &handle_->mutex, &handle_->aborted);
       if (result == ncclSuccess && *slot != nullptr) {
@@ -338,7 +338,7 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
     // The parent has a split in flight that may never end: abort it (every rank must, and the
     // failure reaches the others through the watchdog), and leave the slot to NCCL.
     parent.abort(what + " failed");
-    check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout);
+    check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout());
   }
   ncclComm_t child_comm = *slot;
   delete slot;

@@ -35,6 +35,7 @@ struct World::Impl {
   Backend backend = Backend::gloo;
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
+  std::unique_ptr<StoreGroup> group;  // every rank of the world, meeting under `store`
   std::shared_ptr<detail::Watchdog> watchdog;
   std::unique_ptr<Communicator> global;
   std::unique_ptr<Communicator> local;
@@ -107,34 +108,15 @@ Backend choose_backend(BackendChoice choice) {
 }
 
 /// Node of each rank, from the host names (or simulated nodes) every rank publishes.
-void discover_nodes(Store& store, World::Impl& world, int ranks_per_node) {
+void discover_nodes(World::Impl& world, int ranks_per_node) {
   const std::string mine = ranks_per_node > 0
                                ? "node" + std::to_string(world.rank / ranks_per_node)
                                : host_name();
-  store.set("host/" + std::to_string(world.rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world.size; ++r) {
-    keys.push_back("host/" + std::to_string(r));
-  }
-  try {
-    store.wait(keys, world.timeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int r = 0; r < world.size; ++r) {
-      if (!store.check({keys[static_cast<std::size_t>(r)]})) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-    }
-    COHORT_FAIL(TimeoutError, "rank " + std::to_string(world.rank) + ": forming a world of " +
-                                  std::to_string(world.size) + " ranks timed out after " +
-                                  std::to_string(world.timeout.count()) + " ms: ranks " +
-                                  missing + " never joined through " + store.describe() +
-                                  ". Check that they were started and reach cohort::init().");
-  }
+  const std::vector<std::string> hosts = world.group->all_gather("host", mine);
   std::map<std::string, int> node_of_host;
   std::vector<int> node(static_cast<std::size_t>(world.size));
   for (int r = 0; r < world.size; ++r) {
-    const std::string host = store.get(keys[static_cast<std::size_t>(r)]);
+    const std::string& host = hosts[static_cast<std::size_t>(r)];
     auto [it, inserted] = node_of_host.emplace(host, static_cast<int>(node_of_host.size()));
     node[static_cast<std::size_t>(r)] = it->second;
   }
@@ -176,19 +158,14 @@ Device choose_device(const World::Impl& world) {
 
 std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
                                           const std::shared_ptr<Store>& monitor_store) {
-  auto context = std::make_shared<detail::CommContext>();
-  context->rank = world.rank;
-  context->size = world.size;
+  auto context = std::make_shared<detail::CommContext>(
+      StoreGroup(std::make_shared<PrefixStore>("global", world.store), world.rank, world.size,
+                 world.timeout, {}, "communicator 'global'"));
   context->device = world.device;
   context->backend = world.backend;
   context->name = "global";
   context->id = "global";
-  for (int r = 0; r < world.size; ++r) {
-    context->global_ranks.push_back(r);
-  }
-  context->store = std::make_shared<PrefixStore>("global", world.store);
   context->monitor_store = std::make_shared<PrefixStore>("global", monitor_store);
-  context->timeout = world.timeout;
   context->debug_collectives = debug;
   context->watchdog = world.watchdog;
   if (world.backend == Backend::nccl) {
@@ -219,6 +196,7 @@ Communicator& World::comm() noexcept { return *impl_->global; }
 Communicator& World::local() noexcept { return *impl_->local; }
 Communicator& World::cross() noexcept { return *impl_->cross; }
 Store& World::store() noexcept { return *impl_->store; }
+StoreGroup& World::group() noexcept { return *impl_->group; }
 std::chrono::milliseconds World::timeout() const noexcept { return impl_->timeout; }
 
 std::string World::describe() const {
@@ -247,7 +225,8 @@ World init(WorldOptions options) {
   std::shared_ptr<Store> monitor_store =
       std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
 
-  discover_nodes(*impl->store, *impl, options.ranks_per_node);
+  impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
+  discover_nodes(*impl, options.ranks_per_node);
   impl->backend = choose_backend(options.backend);
   impl->device = choose_device(*impl);
   impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);
