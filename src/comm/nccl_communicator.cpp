@@ -197,7 +197,7 @@ NcclCommunicator::~NcclCommunicator() {
     if (handle_->comm != nullptr && !handle_->aborted) {
       // Finalize flushes outstanding work; destroy is an intra-node collective, so the World
       // destroys its communicators in the same order on every rank.
-      const auto deadline = Clock::now() + context().timeout;
+      const auto deadline = Clock::now() + context().timeout();
       ncclResult_t result = ncclCommFinalize(handle_->comm);
       if (result == ncclSuccess || result == ncclInProgress) {
         result = settle(handle_->comm, deadline);

@@ -1,5 +1,6 @@
 #include "comm_context.hpp"
 #include "gloo_communicator.hpp"
+#include "topology.hpp"
 #include "watchdog.hpp"
 #if COHORT_WITH_CUDA
 #include "nccl_communicator.hpp"
@@ -17,7 +18,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,7 +28,7 @@ struct World::Impl {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
-  int local_size = 1;
+  int local_world_size = 1;
   int node_rank = 0;
   int num_nodes = 1;
   Device device = Device::host();
@@ -107,31 +107,22 @@ Backend choose_backend(BackendChoice choice) {
   return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
 }
 
-/// Node of each rank, from the host names (or simulated nodes) every rank publishes.
-void discover_nodes(World::Impl& world, int ranks_per_node) {
-  const std::string mine = ranks_per_node > 0
+/// This rank's place among the nodes: the launcher's word where it gave it, host names (or
+/// simulated nodes of `ranks_per_node`) for the rest (Note [Topology from the launcher]).
+void find_place(World::Impl& world, const LaunchInfo& launch, int ranks_per_node) {
+  const std::string host = ranks_per_node > 0
                                ? "node" + std::to_string(world.rank / ranks_per_node)
                                : host_name();
-  const std::vector<std::string> hosts = world.group->all_gather("host", mine);
-  std::map<std::string, int> node_of_host;
-  std::vector<int> node(static_cast<std::size_t>(world.size));
-  for (int r = 0; r < world.size; ++r) {
-    const std::string& host = hosts[static_cast<std::size_t>(r)];
-    auto [it, inserted] = node_of_host.emplace(host, static_cast<int>(node_of_host.size()));
-    node[static_cast<std::size_t>(r)] = it->second;
+  std::vector<detail::RankPlace> places;
+  for (const std::string& text :
+       world.group->all_gather("place", detail::encode(detail::launcher_place(launch, host)))) {
+    places.push_back(detail::decode(text));
   }
-  world.num_nodes = static_cast<int>(node_of_host.size());
-  world.node_rank = node[static_cast<std::size_t>(world.rank)];
-  world.local_rank = 0;
-  world.local_size = 0;
-  for (int r = 0; r < world.size; ++r) {
-    if (node[static_cast<std::size_t>(r)] == world.node_rank) {
-      if (r < world.rank) {
-        ++world.local_rank;
-      }
-      ++world.local_size;
-    }
-  }
+  const detail::Topology topology = detail::resolve_topology(places, world.rank, launch);
+  world.local_rank = topology.local_rank;
+  world.local_world_size = topology.local_world_size;
+  world.node_rank = topology.node_rank;
+  world.num_nodes = topology.num_nodes;
 }
 
 Device choose_device(const World::Impl& world) {
@@ -143,7 +134,7 @@ Device choose_device(const World::Impl& world) {
     COHORT_EXPECTS(env::boolean(env::kAllowSharedGpu),
                    "rank " + std::to_string(world.rank) + " is local rank " +
                        std::to_string(world.local_rank) + " of " +
-                       std::to_string(world.local_size) + " on its node, but only " +
+                       std::to_string(world.local_world_size) + " on its node, but only " +
                        std::to_string(gpus) +
                        " GPUs are visible: start at most one rank per GPU (cohortrun "
                        "--nproc-per-node " +
@@ -187,7 +178,7 @@ World::~World() = default;
 int World::rank() const noexcept { return impl_->rank; }
 int World::size() const noexcept { return impl_->size; }
 int World::local_rank() const noexcept { return impl_->local_rank; }
-int World::local_size() const noexcept { return impl_->local_size; }
+int World::local_world_size() const noexcept { return impl_->local_world_size; }
 int World::node_rank() const noexcept { return impl_->node_rank; }
 int World::num_nodes() const noexcept { return impl_->num_nodes; }
 Device World::device() const noexcept { return impl_->device; }
@@ -201,7 +192,7 @@ std::chrono::milliseconds World::timeout() const noexcept { return impl_->timeou
 
 std::string World::describe() const {
   return "rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " (local " +
-         std::to_string(local_rank()) + " of " + std::to_string(local_size()) + ", node " +
+         std::to_string(local_rank()) + " of " + std::to_string(local_world_size()) + ", node " +
          std::to_string(node_rank()) + " of " + std::to_string(num_nodes()) + ") on " +
          device().to_string() + ", " + std::string(to_string(backend()));
 }
@@ -226,7 +217,7 @@ World init(WorldOptions options) {
       std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
 
   impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
-  discover_nodes(*impl, options.ranks_per_node);
+  find_place(*impl, launch, options.ranks_per_node);
   impl->backend = choose_backend(options.backend);
   impl->device = choose_device(*impl);
   impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);

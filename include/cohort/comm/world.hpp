@@ -54,7 +54,7 @@ class World {
   int size() const noexcept;
   /// Rank among the ranks of this node, and their number.
   int local_rank() const noexcept;
-  int local_size() const noexcept;
+  int local_world_size() const noexcept;
   int node_rank() const noexcept;
   int num_nodes() const noexcept;
 
