@@ -1,5 +1,6 @@
 #include "gloo_communicator.hpp"
 
+#include "gloo_mesh.hpp"
 #include "watchdog.hpp"
 
 #include <cohort/core/error.hpp>
@@ -10,8 +11,6 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <unistd.h>
@@ -35,30 +34,6 @@ namespace {
 // communicator object, and never touching user buffers after the abort. Gloo's timeout is the
 // deadline plus a grace, so that the watchdog, which knows more, is the one to report it.
 constexpr auto kGlooGrace = std::chrono::seconds(2);
-
-/// Gloo's store interface over a cohort store.
-class GlooStore final : public gloo::rendezvous::Store {
- public:
-  GlooStore(std::shared_ptr<cohort::Store> store, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(key, std::string_view(data.data(), data.size()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    const std::string value = store_->get(key, timeout_);
-    return std::vector<char>(value.begin(), value.end());
-  }
-  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    store_->wait(keys, std::min(timeout, timeout_));
-  }
-
- private:
-  std::shared_ptr<cohort::Store> store_;
-  std::chrono::milliseconds timeout_;
-};
 
 // Element-wise reductions in Gloo's signature, c = a (op) b. 16-bit floats reduce in float and
 // round once per step, as NCCL does.
@@ -310,23 +285,13 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
                         std::to_string(GLOO_VERSION_MINOR) + "." +
                         std::to_string(GLOO_VERSION_PATCH);
   ctx.group.barrier("gloo/joined");
-  auto gloo_context = std::make_shared<gloo::rendezvous::Context>(ctx.rank(), ctx.size());
-  gloo_context->setTimeout(ctx.timeout() + kGlooGrace);
-  GlooStore store(std::make_shared<PrefixStore>("gloo", ctx.store()), ctx.timeout());
-  try {
-    gloo_context->connectFullMesh(store, device_);
-  } catch (const cohort::Error&) {
-    throw;
-  } catch (const std::exception& error) {
-    COHORT_FAIL(Error, "rank " + std::to_string(ctx.global_rank(ctx.rank())) + ": connecting " +
-                           ctx.describe() + " failed: " + error.what());
-  }
-  gloo_ = std::move(gloo_context);
-  worker_ = GlooWorker::start();
-  ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
+  // Watched from the start, so that a failure elsewhere ends the connect (its pairs are closed).
   if (auto watchdog = ctx.watchdog.lock()) {
     watchdog->add(shared_context());
   }
+  gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout() + kGlooGrace);
+  worker_ = GlooWorker::start();
+  ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
   publish_progress(ctx);
 }
 

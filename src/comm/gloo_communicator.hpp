@@ -3,6 +3,7 @@
 // The host backend: collectives over Gloo, run on the communicator's own worker thread.
 
 #include "comm_context.hpp"
+#include "gloo_mesh.hpp"  // the Gloo declarations
 
 #include <cohort/comm/communicator.hpp>
 
@@ -13,13 +14,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-
-namespace gloo {
-class Context;
-namespace transport {
-class Device;
-}
-}  // namespace gloo
 
 namespace cohort::detail {
 

@@ -199,6 +199,83 @@ TEST(Faults, RankThatNeverJoinsIsNamed) {
   }
 }
 
+/// A store that never records the keys ending in `dropped`: a member whose messages are lost.
+class DroppingStore final : public cohort::Store {
+ public:
+  DroppingStore(std::shared_ptr<cohort::Store> base, std::string dropped)
+      : base_(std::move(base)), dropped_(std::move(dropped)) {}
+  void set(std::string_view key, std::string_view value) override {
+    if (!key.ends_with(dropped_)) {
+      base_->set(key, value);
+    }
+  }
+  std::string get(std::string_view key, cohort::Milliseconds timeout) override {
+    return base_->get(key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys, cohort::Milliseconds timeout) override {
+    base_->wait(keys, timeout);
+  }
+  bool check(const std::vector<std::string>& keys) override { return base_->check(keys); }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    return base_->add(key, delta);
+  }
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) override {
+    return base_->compare_set(key, expected, desired);
+  }
+  bool remove(std::string_view key) override { return base_->remove(key); }
+  std::unique_ptr<cohort::Store> clone() const override {
+    return std::make_unique<DroppingStore>(std::shared_ptr<cohort::Store>(base_->clone()), dropped_);
+  }
+  std::string describe() const override { return "DroppingStore"; }
+
+ private:
+  std::shared_ptr<cohort::Store> base_;
+  std::string dropped_;
+};
+
+// Rank 3's Gloo addresses never arrive: the others wait for them, and rank 3 waits inside Gloo's
+// connect for peers that never come, where Gloo allows five times its pair timeout (Note
+// [Connecting a Gloo mesh]). Every rank must fail at its deadline, not several deadlines later.
+TEST(Faults, ConnectThatNeverCompletesEndsAtTheDeadline) {
+  constexpr auto kTimeout = std::chrono::milliseconds(1500);
+  auto store = std::make_shared<DroppingStore>(std::make_shared<cohort::MemoryStore>(),
+                                               "/global/gloo/address/3");
+  constexpr int kRanks = 4;
+  std::vector<std::string> messages(kRanks);
+  std::vector<double> waited(kRanks, -1.0);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      const auto start = Clock::now();
+      cohort::WorldOptions options = options_with_timeout(kTimeout);
+      cohort::LaunchInfo launch;
+      launch.rank = r;
+      launch.world_size = kRanks;
+      launch.local_world_size = kRanks;
+      launch.local_rank = r;
+      options.launch = launch;
+      options.store = store;
+      try {
+        cohort::World world = cohort::init(options);
+        messages[static_cast<std::size_t>(r)] = "init succeeded";
+      } catch (const cohort::Error& error) {
+        messages[static_cast<std::size_t>(r)] = error.what();
+      }
+      waited[static_cast<std::size_t>(r)] = seconds_since(start);
+    });
+  }
+  for (auto& rank : ranks) rank.join();
+  for (std::size_t r = 0; r < kRanks; ++r) {
+    EXPECT_THAT(messages[r], HasSubstr("rank 3")) << "rank " << r;
+    EXPECT_GE(waited[r], 1.4) << "rank " << r << " gave up before its 1.5 s deadline";
+    EXPECT_LT(waited[r], 5.0) << "rank " << r << ": " << messages[r];
+  }
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_THAT(messages[r], HasSubstr("timed out")) << "rank " << r;
+  }
+}
+
 TEST(Faults, AbortFailsLaterCollectivesAtOnce) {
   cohort::run_local(
       2,
