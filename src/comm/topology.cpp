@@ -144,6 +144,10 @@ Topology resolve_topology(const std::vector<RankPlace>& places, int rank, const 
                            : static_cast<int>(ranks_on[static_cast<std::size_t>(node[me])].size());
   topology.node_rank = mine.node_rank >= 0 ? mine.node_rank : node[me];
   topology.num_nodes = mine.num_nodes >= 0 ? mine.num_nodes : hosts;
+  for (int r = 0; r < size; ++r) {
+    const int given = places[static_cast<std::size_t>(r)].node_rank;
+    topology.nodes.push_back(given >= 0 ? given : node[static_cast<std::size_t>(r)]);
+  }
   return topology;
 }
 

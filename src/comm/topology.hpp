@@ -34,6 +34,7 @@ struct Topology {
   int local_world_size = 1;
   int node_rank = 0;
   int num_nodes = 1;
+  std::vector<int> nodes;  // the node of every rank, numbered as `node_rank` is
 };
 
 /// The topology of rank `rank` from every rank's place (`places[r]` is rank r's): the launcher's

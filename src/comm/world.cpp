@@ -1,6 +1,7 @@
 #include "comm_context.hpp"
 #include "gloo_communicator.hpp"
 #include "topology.hpp"
+#include "host_select.hpp"
 #include "watchdog.hpp"
 #if COHORT_WITH_CUDA
 #include "nccl_communicator.hpp"
@@ -33,6 +34,8 @@ struct World::Impl {
   int num_nodes = 1;
   Device device = Device::host();
   Backend backend = Backend::gloo;
+  HostTransport host_transport = HostTransport::automatic;
+  std::vector<int> nodes;  // node of each rank
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
   std::unique_ptr<StoreGroup> group;  // every rank of the world, meeting under `store`
@@ -93,6 +96,29 @@ bool debug_from(const WorldOptions& options) {
   return env::boolean(env::kDebugCollectives);
 }
 
+HostTransport host_transport_from(const WorldOptions& options) {
+  if (options.host_transport) {
+    return *options.host_transport;
+  }
+  const std::optional<std::string> text = env::text(env::kHostTransport);
+  if (!text) {
+    return HostTransport::automatic;
+  }
+  const std::string_view value(*text);
+  if (value == "shm") {
+    return HostTransport::shm;
+  }
+  if (value == "gloo") {
+    return HostTransport::gloo;
+  }
+  if (value == "auto" || value == "automatic") {
+    return HostTransport::automatic;
+  }
+  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
+                                   "' is not a host transport; use shm (shared memory within a "
+                                   "host), gloo (TCP everywhere) or auto");
+}
+
 Backend choose_backend(BackendChoice choice) {
   switch (choice) {
     case BackendChoice::gloo:
@@ -123,10 +149,11 @@ void find_place(World::Impl& world, const LaunchInfo& launch, int ranks_per_node
   world.local_world_size = topology.local_world_size;
   world.node_rank = topology.node_rank;
   world.num_nodes = topology.num_nodes;
+  world.nodes = topology.nodes;
 }
 
 Device choose_device(const World::Impl& world) {
-  if (world.backend == Backend::gloo) {
+  if (world.backend != Backend::nccl) {
     return Device::host();
   }
   const int gpus = cuda_device_count();
@@ -164,8 +191,10 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
     return std::make_unique<detail::NcclCommunicator>(std::move(context));
 #endif
   }
-  return std::make_unique<detail::GlooCommunicator>(
-      std::move(context), detail::make_gloo_device(/*local_only=*/world.num_nodes == 1));
+  context->host_transport = world.host_transport;
+  context->member_nodes = world.nodes;
+  context->single_node_world = world.num_nodes == 1;
+  return detail::make_host_communicator(std::move(context));
 }
 
 }  // namespace
@@ -219,11 +248,13 @@ World init(WorldOptions options) {
   impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
   find_place(*impl, launch, options.ranks_per_node);
   impl->backend = choose_backend(options.backend);
+  impl->host_transport = host_transport_from(options);
   impl->device = choose_device(*impl);
   impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);
 
   const bool debug = debug_from(options);
   impl->global = make_global(*impl, debug, monitor_store);
+  impl->backend = impl->global->backend();
   impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
   impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
   World world(std::move(impl));

@@ -4,7 +4,7 @@
 /// `Checkpointer`: saves and restores everything a training step depends on, so that a run
 /// interrupted at any instant resumes exactly where its last checkpoint left it.
 ///
-///     cohort::Checkpointer checkpoints(dp, optimizer.get(), {.directory = "ckpt", .keep_last = 3});
+///     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = "ckpt", .keep_last = 3});
 ///     cohort::TrainingState state;
 ///     if (auto loaded = checkpoints.load()) state = *loaded;     // resume from `latest`
 ///     for (; state.step < steps; ++state.step) {
