@@ -35,8 +35,13 @@
 #include <cli_checks.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -45,16 +50,85 @@ namespace {
 using namespace scaling;
 namespace cli = cohort::cli;
 
+/// Prints a progress line every `kProgressPeriod` until stopped, so that a long run is never silent.
+class ProgressLines {
+ public:
+  explicit ProgressLines(const Progress& progress) : thread_([this, &progress] { loop(progress); }) {}
+  ~ProgressLines() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  ProgressLines(const ProgressLines&) = delete;
+  ProgressLines& operator=(const ProgressLines&) = delete;
+
+ private:
+  static constexpr std::chrono::seconds kProgressPeriod{5};
+  void loop(const Progress& progress) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, kProgressPeriod, [this] { return stop_; })) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "scaling_bench: %.0f s: %d ranks, step %d of %d (last %.2f s)\n",
+                   elapsed, progress.ranks.load(), progress.step.load(), progress.total.load(),
+                   progress.step_s.load());
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+/// The expected duration, printed before the run.
+void print_expectation(const Setup& setup, const std::vector<int>& counts) {
+  const Options& o = setup.options;
+  std::string list;
+  for (const int k : counts) list += (list.empty() ? "" : ", ") + std::to_string(k);
+  if (setup.simulated) {
+    std::fprintf(stderr, "scaling_bench: %s, simulated compute at %.4g TFLOP/s (%.0f ms of compute a "
+                 "step), rank counts %s\n", setup.workload.name.c_str(), o.sim_tflops,
+                 3.0 * setup.workload.forward_flops() * setup.batch / (o.sim_tflops * 1e12) * 1e3,
+                 list.c_str());
+  }
+  if (setup.budgeted) {
+    std::fprintf(stderr, "scaling_bench: expected about %.0f s (--budget-s): per rank count %d "
+                 "warm-up step(s), then as many of %d timed steps as fit its share of what is left "
+                 "of the budget (at least 3: longer when 3 steps alone take longer)\n",
+                 o.budget_s, o.warmup, o.steps);
+  } else {
+    std::fprintf(stderr, "scaling_bench: %zu rank counts x (%d warm-up + %d timed steps); each "
+                 "count prints its step time after its warm-up\n", counts.size(), o.warmup, o.steps);
+  }
+}
+
 int run(cohort::World& world, const Setup& setup) {
   const bool leader = world.rank() == 0;
   std::vector<Row> rows;
   std::size_t buckets = 0;
   const std::string run_scope = "scaling";  // the world's store is scoped to this world
-  for (const int k : rank_counts(world.size())) {
+  const std::vector<int> counts = rank_counts(world.size());
+  Progress progress;
+  std::optional<ProgressLines> lines;
+  if (leader) {
+    print_expectation(setup, counts);
+    lines.emplace(progress);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t index = 0; index < counts.size(); ++index) {
+    const int k = counts[index];
     const std::string scope = run_scope + "/" + std::to_string(k);
     if (world.rank() < k) {
+      // What is left of the budget, shared by the rank counts still to run (set-up included).
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double share = std::max(0.0, setup.options.budget_s - spent) /
+                           static_cast<double>(counts.size() - index);
       cohort::World group = sub_world(world, k, scope);
-      const RankSamples samples = measure(group, setup);
+      const RankSamples samples = measure(group, setup, share, leader ? &progress : nullptr);
       world.store().set(scope + "/result/" + std::to_string(world.rank()), to_json(samples).dump());
     }
     world.store().set(scope + "/done/" + std::to_string(world.rank()), "1");
@@ -68,11 +142,13 @@ int run(cohort::World& world, const Setup& setup) {
           world.store().get(scope + "/result/" + std::to_string(r), world.timeout()))));
     }
     rows.push_back(summarize(k, all, setup.batch));
+    rows.back().steps = static_cast<int>(all.front().step_ms.size());
     attribute(rows.back(), rows.front());
     buckets = static_cast<std::size_t>(rows.back().collectives);
     std::fprintf(stderr, "scaling_bench: %d ranks: step %.2f ms, efficiency %.1f%%\n", k,
                  rows.back().step_ms, 100.0 * rows.back().efficiency);
   }
+  lines.reset();
   if (!leader) return 0;
 
   cohort::ParamRegistry registry = registry_of(setup.workload);
@@ -109,12 +185,21 @@ int main(int argc, char** argv) {
   app.add_option("--batch-per-rank", options.batch_per_rank, "samples per rank and step (0: the workload's)")
       ->check(cli::whole(0, 1 << 20));
   app.add_option("--steps", options.steps, "timed steps per rank count")->check(cli::whole(1, 1e6));
-  app.add_option("--warmup", options.warmup, "untimed steps per rank count")
+  app.add_option("--warmup", options.warmup, "untimed steps per rank count (default 3 on GPUs, 1 on host ranks)")
       ->check(cli::whole(0, 1e6));
   app.add_option("--compute", options.compute, "auto (real on GPUs, simulated on host ranks), real, simulated")
       ->check(CLI::IsMember({"auto", "real", "simulated"}));
-  app.add_option("--sim-tflops", options.sim_tflops, "the rate simulated compute models")
+  app.add_option("--sim-tflops", options.sim_tflops,
+                 "the rate simulated compute models (default: the rate at which a step computes for "
+                 "--target-step-ms)")
       ->check(cli::positive(1e6));
+  app.add_option("--target-step-ms", options.target_step_ms,
+                 "simulated compute: forward and backward of one step take this long")
+      ->check(cli::positive(1e7));
+  app.add_option("--budget-s", options.budget_s,
+                 "host ranks: fewer timed steps (3 at least) when --steps would take longer than "
+                 "this, measured at each rank count's warm-up; 0: always --steps")
+      ->check(cli::number(0, 1e7));
   app.add_option("--bucket-mb", options.bucket_mb, "bucket cap (MiB); default 25, or 4 for mlp")
       ->check(cli::positive(1 << 20));
   app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)")
@@ -148,9 +233,18 @@ int main(int argc, char** argv) {
     setup.batch = options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     auto run_world = [&](cohort::World& world) {
-      setup.simulated = options.compute == "simulated" ||
-                        (options.compute == "auto" && world.device().is_host());
-      return run(world, setup);
+      Setup resolved = setup;
+      resolved.simulated = options.compute == "simulated" ||
+                           (options.compute == "auto" && world.device().is_host());
+      resolved.budgeted = world.device().is_host() && options.budget_s > 0.0;
+      Options& o = resolved.options;
+      if (o.warmup < 0) o.warmup = world.device().is_host() ? 1 : 3;
+      if (o.sim_tflops <= 0.0) {
+        // Forward and backward (twice the forward) of this rank's batch in target_step_ms.
+        o.sim_tflops = 3.0 * resolved.workload.forward_flops() * resolved.batch /
+                       (o.target_step_ms * 1e-3) / 1e12;
+      }
+      return run(world, resolved);
     };
     if (launched) {
       cohort::World world = cohort::init();

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 
 namespace scaling {
@@ -28,7 +29,9 @@ cohort::ParamRegistry registry_of(const layers::Workload& workload) {
   return registry;
 }
 
-RankSamples measure(cohort::World& world, const Setup& setup) {
+RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_count_s,
+                    Progress* progress) {
+  // budget_per_count_s is replaced by the ranks' agreed value after the warm-up.
   const Options& options = setup.options;
   const cohort::Stream stream = cohort::Stream::create(world.device());
   layers::Math math(stream);
@@ -89,7 +92,34 @@ RankSamples measure(cohort::World& world, const Setup& setup) {
   cohort::Event start = cohort::Event::create(world.device(), true);
   cohort::Event backward_done = cohort::Event::create(world.device(), true);
   RankSamples samples;
-  for (int step = 0; step < options.warmup + options.steps; ++step) {
+  int timed = options.steps;
+  if (progress != nullptr) {
+    progress->ranks = world.size();
+    progress->step = 0;
+    progress->total = options.warmup + timed;
+  }
+  double last_step_s = 0.0;
+  for (int step = 0; step < options.warmup + timed; ++step) {
+    if (step == options.warmup && setup.budgeted) {
+      // The slowest rank's warm-up step says how many timed steps fit the budget; every rank
+      // must run the same number, so the budget is agreed too (the max of its negation: the
+      // smallest of the ranks' clocks' budgets).
+      float agreed[2] = {static_cast<float>(last_step_s), -static_cast<float>(budget_per_count_s)};
+      dp.comm().all_reduce(cohort::TensorView::of(agreed, 2, cohort::Device::host()),
+                           cohort::ReduceOp::max, stream).wait();
+      stream.synchronize();
+      const float slowest = agreed[0];
+      budget_per_count_s = -static_cast<double>(agreed[1]);
+      const int fit = slowest > 0.0f ? static_cast<int>(budget_per_count_s / static_cast<double>(slowest))
+                                      : options.steps;
+      timed = std::clamp(fit, std::min(3, options.steps), options.steps);
+      if (progress != nullptr) progress->total = options.warmup + timed;
+      if (world.rank() == 0) {
+        std::fprintf(stderr, "scaling_bench: %d ranks: a warm-up step took %.2f s; %d timed steps, "
+                     "about %.0f s\n", world.size(), static_cast<double>(slowest), timed,
+                     timed * static_cast<double>(slowest));
+      }
+    }
     const auto begin = Clock::now();
     start.record(stream);
     if (real_mlp) {
@@ -109,6 +139,11 @@ RankSamples measure(cohort::World& world, const Setup& setup) {
     optimizer.step();
     stream.synchronize();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+    last_step_s = step_ms / 1e3;
+    if (progress != nullptr) {
+      progress->step_s = last_step_s;
+      progress->step = step + 1;
+    }
     const cohort::StepStats stats_now = dp.last_step_stats();
     if (step < options.warmup) continue;
     samples.step_ms.push_back(step_ms);

@@ -171,16 +171,19 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
               world.device().is_host() ? "host ranks" : "GPUs", machine_line().c_str());
   if (setup.simulated) {
     std::printf("# compute: SIMULATED (a sleep of each layer's FLOPs / %g TFLOP/s on the compute "
-                "stream; not a GPU measurement); communication: real\n", o.sim_tflops);
+                "stream, %.0f ms a step; not a GPU measurement); communication: real\n", o.sim_tflops,
+                3.0 * w.forward_flops() * setup.batch / (o.sim_tflops * 1e12) * 1e3);
   } else {
     std::printf("# compute: real (%s)\n", world.device().is_host()
                                               ? "OpenBLAS on the host"
                                               : (w.name == "mlp" ? "the MLP's layers, cuBLAS FP32"
                                                                  : "cuBLAS TF32 GEMMs sized to each layer's FLOPs"));
   }
-  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %d timed steps after %d "
+  std::string timed;
+  for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);
+  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %s timed steps after %d "
               "warm-up; step times are medians of the slowest rank\n#\n",
-              o.bucket_mb, o.first_bucket_mb, buckets, o.steps, o.warmup);
+              o.bucket_mb, o.first_bucket_mb, buckets, timed.c_str(), o.warmup);
   std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s = %8s + %9s + %8s\n", "ranks", "step",
               "throughput", "effic", "compute", "comm", "exposed", "overlap", "busbw", "lost",
               "exposed", "imbalance", "overhead");
@@ -231,16 +234,21 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
   out["backend"] = std::string(cohort::to_string(world.backend()));
   out["device"] = world.device().is_host() ? "host" : "cuda";
   out["compute"] = setup.simulated ? "simulated" : "real";
-  if (setup.simulated) out["simulated_tflops"] = o.sim_tflops;
+  if (setup.simulated) {
+    out["simulated_tflops"] = o.sim_tflops;
+    out["simulated_compute_ms"] = 3.0 * setup.workload.forward_flops() * setup.batch / (o.sim_tflops * 1e12) * 1e3;
+  }
   out["machine"] = machine_line();
   out["cohort_version"] = cohort::version();
-  out["steps"] = o.steps;
+  out["steps"] = o.steps;  // at most; each row's timed_steps says how many ran
+  out["warmup"] = o.warmup;
   out["bucket_mb"] = o.bucket_mb;
   out["first_bucket_mb"] = o.first_bucket_mb;
   out["ranks"] = rows.back().ranks;
   out["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
     out["rows"].push_back({{"ranks", r.ranks},
+                           {"timed_steps", r.steps},
                            {"step_ms", r.step_ms},
                            {"throughput", r.throughput},
                            {"efficiency", r.efficiency},

@@ -13,10 +13,12 @@ struct Options {
   std::string workload = "mlp";
   int ranks = 0;             // host ranks as threads (when not started by a launcher)
   int batch_per_rank = 0;    // 0: the workload's default
-  int steps = 20;
-  int warmup = 3;
+  int steps = 20;   // timed steps per rank count (at most, on host ranks: see budget_s)
+  int warmup = -1;  // -1: 3 on GPUs, 1 on host ranks
   std::string compute = "auto";  // auto, real, simulated
-  double sim_tflops = 0.05;
+  double sim_tflops = 0.0;       // 0: the rate that makes a step's compute take target_step_ms
+  double target_step_ms = 200.0;  // simulated compute per step (forward and backward)
+  double budget_s = 60.0;  // host ranks: timed steps are cut so the run takes about this long
   double bucket_mb = 0.0;  // 0: 25 MiB, or 4 MiB for the (small) mlp
   double first_bucket_mb = 1.0;
   int hidden = 1024;         // mlp workload
@@ -39,6 +41,8 @@ struct RankSamples {
 
 struct Row {
   int ranks = 0;
+  int steps = 0;  // timed steps
+
   double step_ms = 0, throughput = 0, efficiency = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0,
          imbalance_ms = 0, overlap = 0, busbw = 0, bytes = 0, collectives = 0;
   double lost = 0, lost_exposed = 0, lost_imbalance = 0, lost_overhead = 0;  // fractions of the step
@@ -52,9 +56,10 @@ struct Projection {
 };
 
 struct Setup {
-  Options options;
+  Options options;  // with warmup and sim_tflops resolved
   layers::Workload workload;
   bool simulated = false;
+  bool budgeted = false;  // host ranks: the timed steps fit budget_s
   int batch = 0;
 };
 

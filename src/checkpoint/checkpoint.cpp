@@ -9,6 +9,8 @@
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/core/env.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/memory/host_resource.hpp>
+#include <cohort/memory/pinned_host.hpp>
 #include <cohort/version.hpp>
 
 #include <signal.h>
@@ -90,6 +92,11 @@ Checkpointer::Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOpt
       store_(dp.world().store().clone()), snapshot_(std::make_unique<Snapshot>()) {
   COHORT_EXPECTS(!options_.directory.empty(), "a Checkpointer needs a directory");
   COHORT_EXPECTS(options_.keep_last >= 0, "keep_last must be 0 (keep all) or positive");
+  const Device device = dp.compute_stream().device();
+  snapshot_->resource = device.is_host() ? std::shared_ptr<MemoryResource>(std::make_shared<HostResource>())
+                                         : make_pinned_host_resource();
+  snapshot_->side = Stream::create(device, HostExecution::worker);
+  snapshot_->copied = Event::create(device);
   const std::uint64_t used = dp.plan().used_count;
   arrays_.push_back(Array{"params", dp.dtype(), used, dp.param_arena(), 0});
   if (optimizer_ != nullptr) {
@@ -169,7 +176,13 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
     into.piece_bytes.push_back(state.user_blob.size());
     total += state.user_blob.size();
   }
-  into.bytes.resize(total);
+  into.reserve(total);
+  into.size = total;
+  // The copy runs on the side stream after the work already on the compute stream (Note
+  // [Checkpoint copy]); the user blob is the caller's and is copied now.
+  Event computed = Event::create(stream.device());
+  computed.record(stream);
+  into.side->wait(computed);
   std::uint64_t at = 0;
   for (const Array& array : arrays_) {
     const detail::PieceRange range = detail::piece_range(array.count, into.shard_count, into.rank);
@@ -180,12 +193,21 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
                      "checkpoint array " + array.name + ": this rank does not hold its piece");
       const auto* source = static_cast<const unsigned char*>(array.view.data()) +
                            (range.begin - array.view_offset) * element;
-      detail::read_after(into.bytes.data() + at, source, (range.end - range.begin) * element, stream);
+      detail::copy_to_host_async(into.bytes() + at, source, (range.end - range.begin) * element,
+                                 *into.side);
     }
     at += (range.end - range.begin) * element;
   }
+  into.copied->record(*into.side);
   if (blob && !state.user_blob.empty()) {
-    std::memcpy(into.bytes.data() + at, state.user_blob.data(), state.user_blob.size());
+    std::memcpy(into.bytes() + at, state.user_blob.data(), state.user_blob.size());
+  }
+}
+
+void Checkpointer::Snapshot::reserve(std::uint64_t bytes) {
+  if (staging.size_bytes() < bytes) {
+    staging.reset();
+    staging = Buffer(resource, static_cast<std::size_t>(bytes), MemoryCategory::other);
   }
 }
 
@@ -213,13 +235,13 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
     try {
       const std::filesystem::path file =
           incomplete / ("rank-" + std::to_string(snapshot.rank) + ".bin");
-      detail::write_file_durably(file, snapshot.bytes.data(), snapshot.bytes.size());
+      detail::write_file_durably(file, snapshot.bytes(), snapshot.size);
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
       std::ostringstream text;
-      text << "ok " << snapshot.bytes.size();
+      text << "ok " << snapshot.size;
       std::uint64_t at = 0;
       for (const std::uint64_t bytes : snapshot.piece_bytes) {
-        text << ' ' << checksum_to_hex(Checksum::of(snapshot.bytes.data() + at, bytes));
+        text << ' ' << checksum_to_hex(Checksum::of(snapshot.bytes() + at, bytes));
         at += bytes;
       }
       report = text.str();
@@ -341,6 +363,7 @@ void Checkpointer::publish(Snapshot& snapshot, const std::vector<std::string>& r
 std::filesystem::path Checkpointer::save(const TrainingState& state) {
   wait();
   snapshot(state, *snapshot_);
+  snapshot_->copied->synchronize();
   write_and_publish(*snapshot_);
   return options_.directory / detail::checkpoint_name(state.step);
 }
@@ -348,8 +371,15 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
 void Checkpointer::save_async(const TrainingState& state) {
   wait();
   snapshot(state, *snapshot_);
+  // The optimizer's next step waits for the copy; without an optimizer, nothing can: wait now.
+  if (optimizer_ != nullptr) {
+    optimizer_->write_after(*snapshot_->copied);
+  } else {
+    snapshot_->copied->synchronize();
+  }
   writer_ = std::thread([this] {
     try {
+      snapshot_->copied->synchronize();
       write_and_publish(*snapshot_);
     } catch (...) {
       writer_error_ = std::current_exception();

@@ -18,10 +18,13 @@
 namespace cohort {
 namespace {
 
-/// What a rank has read and checked, ready to be written.
+/// What a rank has read and checked, ready to be written: per Checkpointer array, the elements
+/// it reads (`ranges`) at `offsets` of the staging memory.
 struct Staged {
   Manifest manifest;
-  std::vector<std::vector<unsigned char>> arrays;  ///< per Checkpointer array: its target range
+  std::vector<detail::PieceRange> ranges;
+  std::vector<std::uint64_t> offsets;
+  std::vector<bool> gathered;  ///< read in slices and all-gathered (Note [Checkpoint load])
   std::string user_blob;
 };
 
@@ -71,12 +74,11 @@ void check_layout(const std::filesystem::path& folder, const Manifest& manifest,
   }
 }
 
-/// Reads the pieces of `array` that overlap `range` and copies the overlap into `out`, checking
-/// each piece's checksum.
+/// Reads the pieces of `array` that overlap `range` and copies the overlap into `out` (room for
+/// the range), checking each piece's checksum.
 void read_array(const std::filesystem::path& folder, const Manifest& manifest,
-                const ManifestArray& array, detail::PieceRange range, std::vector<unsigned char>& out) {
+                const ManifestArray& array, detail::PieceRange range, unsigned char* out) {
   const std::size_t element = size_of(array.dtype);
-  out.assign((range.end - range.begin) * element, 0);
   std::vector<unsigned char> piece_bytes;
   for (std::size_t index = 0; index < array.pieces.size(); ++index) {
     const ManifestPiece& piece = array.pieces[index];
@@ -87,12 +89,11 @@ void read_array(const std::filesystem::path& folder, const Manifest& manifest,
     // A piece wholly inside the range is read in place; one that overhangs it goes through a
     // scratch buffer, since its checksum covers all of it.
     const bool inside = begin == piece.element_offset && end == piece.element_offset + piece.count;
-    unsigned char* target = out.data() + (begin - range.begin) * element;
+    unsigned char* target = out + (begin - range.begin) * element;
     if (!inside) piece_bytes.resize(piece.count * element);
     unsigned char* bytes = inside ? target : piece_bytes.data();
     const std::size_t size = piece.count * element;
-    detail::read_file_range(file, piece.byte_offset, bytes, size);
-    if (Checksum::of(bytes, size) != piece.checksum) {
+    if (detail::read_file_range(file, piece.byte_offset, bytes, size) != piece.checksum) {
       fail(folder, manifest.files[piece.file].name + ": bytes " + std::to_string(piece.byte_offset) +
                        " to " + std::to_string(piece.byte_offset + size) + " (\"" +
                        array.name + "\" piece " + std::to_string(index) +
@@ -149,6 +150,13 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
                                                            ? " (truncated)" : ""));
       }
     }
+    // A replicated array on several ranks: each rank reads all of it, or (gather_replicated) its
+    // slice, as if it were sharded, and the slices are all-gathered after the agreement, so that
+    // the files are read once in all (Note [Checkpoint load]).
+    const int ranks = world.size();
+    const bool gather = options_.gather_replicated.value_or(!dp_.compute_stream().device().is_host());
+    const std::uint64_t shard = dp_.shard_count();
+    std::uint64_t total = 0;
     for (const Array& array : arrays_) {
       const ManifestArray* saved = manifest.find_array(array.name);
       if (saved == nullptr) fail(folder, "it has no array \"" + array.name + "\"");
@@ -157,12 +165,32 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
                          std::to_string(saved->count) + ", expected " +
                          std::string(to_string(array.dtype)) + " x " + std::to_string(array.count));
       }
-      staged.arrays.emplace_back();
-      read_array(folder, manifest, *saved, target_range(array), staged.arrays.back());
+      const bool gathered = ranks > 1 && gather && array.view_offset == 0 &&
+                            array.view.count() == shard * static_cast<std::uint64_t>(ranks);
+      staged.gathered.push_back(gathered);
+      staged.ranges.push_back(gathered ? detail::piece_range(array.count, shard, world.rank())
+                                       : target_range(array));
+      staged.offsets.push_back(total);
+      // A gathered slice is always `shard` elements: past the used count it is padding (zero).
+      const std::uint64_t elements =
+          gathered ? shard : staged.ranges.back().end - staged.ranges.back().begin;
+      total += elements * size_of(array.dtype);
+    }
+    snapshot_->reserve(total);
+    for (std::size_t index = 0; index < arrays_.size(); ++index) {
+      const Array& array = arrays_[index];
+      unsigned char* out = snapshot_->bytes() + staged.offsets[index];
+      const detail::PieceRange range = staged.ranges[index];
+      if (staged.gathered[index]) {
+        const std::size_t element = size_of(array.dtype);
+        std::memset(out + (range.end - range.begin) * element, 0,
+                    (shard - (range.end - range.begin)) * element);
+      }
+      read_array(folder, manifest, *manifest.find_array(array.name), range, out);
     }
     if (const ManifestArray* blob = manifest.find_array("user_blob"); blob != nullptr) {
-      std::vector<unsigned char> bytes;
-      read_array(folder, manifest, *blob, {0, blob->count}, bytes);
+      std::vector<unsigned char> bytes(blob->count);
+      read_array(folder, manifest, *blob, {0, blob->count}, bytes.data());
       staged.user_blob.assign(bytes.begin(), bytes.end());
     }
   } catch (const std::exception& failure) {
@@ -185,12 +213,28 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
   const Stream& stream = dp_.compute_stream();
   for (std::size_t index = 0; index < arrays_.size(); ++index) {
     const Array& array = arrays_[index];
-    const detail::PieceRange range = target_range(array);
+    const detail::PieceRange range = staged.ranges[index];
+    const std::size_t element = size_of(array.dtype);
+    unsigned char* source = snapshot_->bytes() + staged.offsets[index];
+    auto* view = static_cast<unsigned char*>(array.view.data());
+    if (staged.gathered[index]) {
+      const std::uint64_t shard = dp_.shard_count();
+      const TensorView slice(view + range.begin * element, shard, array.dtype, array.view.device());
+      if (array.view.device().is_host()) {
+        // The staging memory is the collective's input: no copy into the arena first.
+        const TensorView input(source, shard, array.dtype, Device::host());
+        dp_.comm().all_gather(input, array.view, stream).wait();
+      } else {
+        detail::write_now(slice.data(), source, shard * element, stream);
+        dp_.comm().all_gather(slice, array.view, stream).wait();
+      }
+      continue;
+    }
     if (range.end == range.begin) continue;
-    auto* destination = static_cast<unsigned char*>(array.view.data()) +
-                        (range.begin - array.view_offset) * size_of(array.dtype);
-    detail::write_now(destination, staged.arrays[index].data(), staged.arrays[index].size(), stream);
+    detail::write_now(view + (range.begin - array.view_offset) * element, source,
+                      (range.end - range.begin) * element, stream);
   }
+  stream.synchronize();
   if (optimizer_ != nullptr) {
     optimizer_->restore_steps_taken(manifest.optimizer_steps);
     optimizer_->set_learning_rate(manifest.learning_rate);

@@ -5,8 +5,12 @@
 
 #include <cohort/checkpoint/checkpoint.hpp>
 
+#include <cohort/memory/buffer.hpp>
+
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,15 +26,24 @@ struct Checkpointer::Array {
   std::uint64_t view_offset = 0;
 };
 
-/// The host copy of one save and what the writer needs to finish it.
+/// The host copy of one save and what the writer needs to finish it; its staging memory is also
+/// what a load reads into (a load first waits for any save).
 struct Checkpointer::Snapshot {
-  std::vector<unsigned char> bytes;  ///< this rank's file, piece after piece
+  std::shared_ptr<MemoryResource> resource;  ///< host memory; pinned for a CUDA device
+  Buffer staging;                            ///< reused; grows only
+  std::uint64_t size = 0;  ///< bytes of this rank's file, piece after piece, at the front
+  std::optional<Stream> side;    ///< the copy's stream (Note [Checkpoint copy])
+  std::optional<Event> copied;   ///< completes when the copy has
   std::vector<std::uint64_t> piece_bytes;  ///< each piece's size, in file order
   Manifest manifest;  ///< everything but files and pieces (filled by rank 0 at publish)
   std::uint64_t save_index = 0;
   int rank = 0;
   int world_size = 0;
   std::uint64_t shard_count = 0;  ///< the saving world's shard size n
+
+  unsigned char* bytes() noexcept { return static_cast<unsigned char*>(staging.data()); }
+  /// Makes `staging` hold at least `bytes` bytes (its contents are not kept).
+  void reserve(std::uint64_t bytes);
 };
 
 namespace detail {

@@ -1,5 +1,7 @@
 #include "file_io.hpp"
 
+#include <cohort/checkpoint/checksum.hpp>
+
 #include <cohort/checkpoint/manifest.hpp>
 
 #include <fcntl.h>
@@ -88,14 +90,16 @@ std::string read_whole_file(const std::filesystem::path& path) {
   return text;
 }
 
-void read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
-                     std::size_t bytes) {
+std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
+                              std::size_t bytes) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail(path, "cannot open", errno);
+  // Chunks small enough to stay in cache between the read and the checksum: one pass over memory.
+  constexpr std::size_t kChunk = std::size_t{256} << 10;
+  Checksum checksum;
   auto* next = static_cast<unsigned char*>(data);
   while (bytes > 0) {
-    const ssize_t count = ::pread(fd.get(), next, std::min<std::size_t>(bytes, std::size_t{1} << 30),
-                                  static_cast<off_t>(offset));
+    const ssize_t count = ::pread(fd.get(), next, std::min(bytes, kChunk), static_cast<off_t>(offset));
     if (count < 0) {
       if (errno == EINTR) continue;
       fail(path, "cannot read", errno);
@@ -105,10 +109,12 @@ void read_file_range(const std::filesystem::path& path, std::uint64_t offset, vo
                             std::to_string(offset) + ", before the data the manifest lists: it is "
                             "truncated");
     }
+    checksum.update(next, static_cast<std::size_t>(count));
     next += count;
     offset += static_cast<std::uint64_t>(count);
     bytes -= static_cast<std::size_t>(count);
   }
+  return checksum.digest();
 }
 
 void write_latest(const std::filesystem::path& root, const std::string& name) {

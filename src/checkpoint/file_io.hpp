@@ -24,10 +24,11 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 /// The whole of a small file (a manifest, the `latest` pointer).
 std::string read_whole_file(const std::filesystem::path& path);
 
-/// `bytes` bytes at `offset` of `path` into `data`. @throws CheckpointError when the file is
-/// shorter than that.
-void read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
-                     std::size_t bytes);
+/// `bytes` bytes at `offset` of `path` into `data`, and their checksum (Checksum::of), computed
+/// chunk by chunk while each is still in cache. @throws CheckpointError when the file is shorter
+/// than that.
+std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
+                              std::size_t bytes);
 
 /// Points `<root>/latest` at `name` atomically: a temporary file, fsync, rename, fsync the root.
 void write_latest(const std::filesystem::path& root, const std::string& name);

@@ -247,6 +247,13 @@ std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const
   child->timeout = parent.timeout;
   child->debug_collectives = parent.debug_collectives;
   child->watchdog = parent.watchdog;
+  child->host_transport = parent.host_transport;
+  child->single_node_world = parent.single_node_world;
+  for (const int parent_rank : plan.parent_ranks) {
+    if (static_cast<std::size_t>(parent_rank) < parent.member_nodes.size()) {
+      child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);
+    }
+  }
   // Scope both handles to the child's id under the world's scope (the parent's base).
   auto rescope = [&](const std::shared_ptr<Store>& scoped) -> std::shared_ptr<Store> {
     auto* prefix = dynamic_cast<PrefixStore*>(scoped.get());

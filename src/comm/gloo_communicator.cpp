@@ -1,6 +1,7 @@
 #include "gloo_communicator.hpp"
 
 #include "gloo_mesh.hpp"
+#include "host_select.hpp"
 #include "watchdog.hpp"
 
 #include <cohort/core/error.hpp>
@@ -208,51 +209,6 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
 
 }  // namespace
 
-// ---- GlooWorker ----
-
-std::shared_ptr<GlooWorker> GlooWorker::start() {
-  auto worker = std::shared_ptr<GlooWorker>(new GlooWorker());
-  worker->thread_ = std::thread([self = worker] { self->run(); });
-  return worker;
-}
-
-void GlooWorker::enqueue(std::function<void()> task) {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.push_back(std::move(task));
-  }
-  wake_.notify_one();
-}
-
-void GlooWorker::stop(bool detach) {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_one();
-  if (detach) {
-    thread_.detach();
-  } else {
-    thread_.join();
-  }
-}
-
-void GlooWorker::run() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (true) {
-    wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) {
-      return;  // stopping, and everything queued has run
-    }
-    std::function<void()> task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lock.unlock();
-    task();  // tasks catch their own errors
-    task = nullptr;
-    lock.lock();
-  }
-}
-
 std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only) {
   gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != 0) {
@@ -290,7 +246,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
     watchdog->add(shared_context());
   }
   gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout + kGlooGrace);
-  worker_ = GlooWorker::start();
+  worker_ = HostWorker::start();
   ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
   publish_progress(ctx);
 }
@@ -304,56 +260,12 @@ void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }
 
 void GlooCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
-  // The input is ready once the work already on `stream` is done; when there is none, there is
-  // nothing to wait for (and no event to record: the common case of a caller that synchronizes).
-  std::optional<Event> input_ready;
-  if (!stream.ready()) {
-    input_ready = Event::create(Device::host());
-    input_ready->record(stream);
-  }
-  worker_->enqueue([call, input_ready, work, gloo = gloo_, context = shared_context()] {
-    if (input_ready) {
-      try {
-        input_ready->synchronize();
-      } catch (const std::exception& error) {
-        // The caller's stream failed before reaching the collective: this rank cannot take
-        // part, so every rank is told now rather than at the deadline.
-        fail_collective(*context, *work, /*timed_out=*/false,
-                        std::string("the stream it was issued on failed first: ") + error.what());
-        return;
-      }
-    }
-    if (context->aborted()) {
-      try {
-        COHORT_FAIL(Error, context->describe() + " was aborted before " +
-                               work->record().describe() + " ran: " + context->abort_reason());
-      } catch (...) {
-        work->fail(std::current_exception());
-      }
-      return;
-    }
-    try {
-      execute(call, gloo, *context);
-      work->complete();
-    } catch (const std::exception& error) {
-      fail_collective(*context, *work, /*timed_out=*/false, error.what());
-    }
-  });
-  // Later work on the caller's stream runs after the collective, and fails if it failed.
-  stream.enqueue_wait([work] {
-    work->wait_until(WorkState::Clock::time_point::max());
-    work->rethrow_if_failed();
-  });
+  run_on_worker(*worker_, stream, work, shared_context(),
+                [call, gloo = gloo_, context = shared_context()] { execute(call, gloo, *context); });
 }
 
 std::unique_ptr<Communicator> GlooCommunicator::do_split(int color, int key, std::string name) {
-  CommContext& parent = context();
-  const SplitPlan plan = plan_split(parent, color, key);
-  if (!plan.member) {
-    return nullptr;
-  }
-  auto child = make_child_context(parent, plan, std::move(name));
-  return std::make_unique<GlooCommunicator>(std::move(child), device_);
+  return split_host_communicator(context(), color, key, std::move(name));
 }
 
 }  // namespace cohort::detail

@@ -4,42 +4,18 @@
 
 #include "comm_context.hpp"
 #include "gloo_mesh.hpp"  // the Gloo declarations
+#include "host_worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 namespace cohort::detail {
 
 /// The Gloo TCP device for this process: bound to `GLOO_SOCKET_IFNAME` when set, else to
 /// 127.0.0.1 when the store is on this host (`local_only`), else to this host's name.
 std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only);
-
-/// One thread running a communicator's operations in order. See Note [Aborting Gloo]: it can be
-/// detached, and then keeps itself alive until its queue is done.
-class GlooWorker {
- public:
-  static std::shared_ptr<GlooWorker> start();
-  void enqueue(std::function<void()> task);
-  /// Finishes what is queued, then ends; waits for that unless `detach`.
-  void stop(bool detach);
-
- private:
-  GlooWorker() = default;
-  void run();
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -58,7 +34,7 @@ class GlooCommunicator final : public Communicator {
  private:
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> gloo_;
-  std::shared_ptr<GlooWorker> worker_;
+  std::shared_ptr<HostWorker> worker_;
 };
 
 }  // namespace cohort::detail

@@ -21,6 +21,17 @@ std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
     case Backend::gloo: return "gloo";
     case Backend::nccl: return "nccl";
+    case Backend::shm: return "shm";
+    case Backend::hierarchical: return "hierarchical";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(HostTransport transport) noexcept {
+  switch (transport) {
+    case HostTransport::automatic: return "automatic";
+    case HostTransport::shm: return "shm";
+    case HostTransport::gloo: return "gloo";
   }
   return "unknown";
 }

@@ -1,5 +1,5 @@
 #include "comm_context.hpp"
-#include "gloo_communicator.hpp"
+#include "host_select.hpp"
 #include "watchdog.hpp"
 #if COHORT_WITH_CUDA
 #include "nccl_communicator.hpp"
@@ -33,6 +33,8 @@ struct World::Impl {
   int num_nodes = 1;
   Device device = Device::host();
   Backend backend = Backend::gloo;
+  HostTransport host_transport = HostTransport::automatic;
+  std::vector<int> nodes;  // node of each rank
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
   std::shared_ptr<detail::Watchdog> watchdog;
@@ -92,6 +94,29 @@ bool debug_from(const WorldOptions& options) {
   return env::boolean(env::kDebugCollectives);
 }
 
+HostTransport host_transport_from(const WorldOptions& options) {
+  if (options.host_transport) {
+    return *options.host_transport;
+  }
+  const std::optional<std::string> text = env::text(env::kHostTransport);
+  if (!text) {
+    return HostTransport::automatic;
+  }
+  const std::string_view value(*text);
+  if (value == "shm") {
+    return HostTransport::shm;
+  }
+  if (value == "gloo") {
+    return HostTransport::gloo;
+  }
+  if (value == "auto" || value == "automatic") {
+    return HostTransport::automatic;
+  }
+  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
+                                   "' is not a host transport; use shm (shared memory within a "
+                                   "host), gloo (TCP everywhere) or auto");
+}
+
 Backend choose_backend(BackendChoice choice) {
   switch (choice) {
     case BackendChoice::gloo:
@@ -139,6 +164,7 @@ void discover_nodes(Store& store, World::Impl& world, int ranks_per_node) {
     node[static_cast<std::size_t>(r)] = it->second;
   }
   world.num_nodes = static_cast<int>(node_of_host.size());
+  world.nodes = node;
   world.node_rank = node[static_cast<std::size_t>(world.rank)];
   world.local_rank = 0;
   world.local_size = 0;
@@ -153,7 +179,7 @@ void discover_nodes(Store& store, World::Impl& world, int ranks_per_node) {
 }
 
 Device choose_device(const World::Impl& world) {
-  if (world.backend == Backend::gloo) {
+  if (world.backend != Backend::nccl) {
     return Device::host();
   }
   const int gpus = cuda_device_count();
@@ -196,8 +222,10 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
     return std::make_unique<detail::NcclCommunicator>(std::move(context));
 #endif
   }
-  return std::make_unique<detail::GlooCommunicator>(
-      std::move(context), detail::make_gloo_device(/*local_only=*/world.num_nodes == 1));
+  context->host_transport = world.host_transport;
+  context->member_nodes = world.nodes;
+  context->single_node_world = world.num_nodes == 1;
+  return detail::make_host_communicator(std::move(context));
 }
 
 }  // namespace
@@ -254,11 +282,13 @@ World init(WorldOptions options) {
 
   discover_nodes(*impl->store, *impl, options.ranks_per_node);
   impl->backend = choose_backend(options.backend);
+  impl->host_transport = host_transport_from(options);
   impl->device = choose_device(*impl);
   impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);
 
   const bool debug = debug_from(options);
   impl->global = make_global(*impl, debug, monitor_store);
+  impl->backend = impl->global->backend();
   impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
   impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
   World world(std::move(impl));

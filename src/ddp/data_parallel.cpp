@@ -1,6 +1,7 @@
 #include <cohort/ddp/data_parallel.hpp>
 
 #include "arena_ops.hpp"
+#include "link_measure.hpp"
 #include "registry_check.hpp"
 
 #include <cohort/core/error.hpp>
@@ -48,6 +49,21 @@ std::vector<std::string> fingerprint_lines(const ParamRegistry& registry,
   lines.push_back("option gradient_sync = " + std::string(to_string(options.gradient_sync)));
   lines.push_back("option compression = " + std::string(to_string(options.compression)));
   return lines;
+}
+
+/// The caps as given, or (automatic) provisional ones: the arena layout does not depend on the
+/// caps, so the plan is remade with the measured ones once the arenas exist.
+BucketSizing given_sizing(const DataParallelOptions& options) {
+  BucketSizing sizing;
+  if (options.bucket_bytes == kAutoBucketBytes) {
+    sizing.automatic = true;
+    sizing.first_bytes = sizing.middle_bytes = sizing.last_bytes = std::size_t{1} << 20;
+  } else {
+    sizing.first_bytes = options.first_bucket_bytes;
+    sizing.middle_bytes = options.bucket_bytes;
+    sizing.last_bytes = options.last_bucket_bytes;
+  }
+  return sizing;
 }
 
 /// Checks memory of the caller's own against the arena it must hold (Note [Your own arenas]).
@@ -98,9 +114,9 @@ struct DataParallel::Impl {
         comm(w.comm()),
         registry(r),
         options(std::move(o)),
-        plan(
-            make_bucket_plan(registry, w.size(), options.bucket_bytes, options.first_bucket_bytes,
-                             options.last_bucket_bytes)),
+        sizing(given_sizing(options)),
+        plan(make_bucket_plan(registry, w.size(), sizing.middle_bytes, sizing.first_bytes,
+                              sizing.last_bytes)),
         device(w.device()),
         compute(options.compute_stream ? *options.compute_stream
                                        : Stream::create(device, options.host_compute)),
@@ -236,6 +252,7 @@ struct DataParallel::Impl {
   Communicator& comm;
   ParamRegistry registry;
   DataParallelOptions options;
+  BucketSizing sizing;  // provisional caps until an automatic choice is measured
   BucketPlan plan;
   Device device;
   Stream compute;
@@ -320,6 +337,16 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   }
   detail::fill_zero(s.grads_view(), s.compute);
   s.compute.synchronize();
+  if (s.sizing.automatic) {
+    const BucketPlan provisional = s.plan;
+    s.sizing = choose_bucket_sizes(
+        detail::measure_link(s.comm, world.store(), memory, s.comm_stream, world.timeout()));
+    s.plan = make_bucket_plan(s.registry, world.size(), s.sizing.middle_bytes,
+                              s.sizing.first_bytes, s.sizing.last_bytes);
+    COHORT_CHECK(s.plan.arena_count == provisional.arena_count &&
+                     s.plan.slots == provisional.slots,
+                 Error, "DataParallel: the measured bucket caps changed the arena layout");
+  }
   s.marked_window.assign(s.registry.size(), false);
   s.reset_step();
 
@@ -519,6 +546,8 @@ Communicator& DataParallel::comm() noexcept {
 const ParamRegistry& DataParallel::registry() const noexcept {
   return impl_->registry;
 }
+const BucketSizing& DataParallel::bucket_sizing() const noexcept { return impl_->sizing; }
+
 const BucketPlan& DataParallel::plan() const noexcept {
   return impl_->plan;
 }

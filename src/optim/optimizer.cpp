@@ -174,6 +174,10 @@ void OptimizerImpl::request_clip(float max_norm) {
 void OptimizerImpl::step() {
   const CurrentDevice current(target_.stream.device());
   const Stream& stream = target_.stream;
+  if (pending_reader_) {
+    stream.wait(*pending_reader_);
+    pending_reader_.reset();
+  }
   reduce_grads();
   if (scaler_ != nullptr || clip_max_norm_ > 0.0f) {
     compute_stats();
@@ -279,6 +283,7 @@ Optimizer::Optimizer(std::unique_ptr<detail::OptimizerImpl> impl) : impl_(std::m
 Optimizer::~Optimizer() = default;
 
 void Optimizer::step() { impl_->step(); }
+void Optimizer::write_after(const Event& event) { impl_->write_after(event); }
 void Optimizer::set_loss_scaler(LossScaler* scaler) { impl_->set_loss_scaler(scaler); }
 GradNorm Optimizer::clip_grad_norm(float max_norm) {
   impl_->request_clip(max_norm);

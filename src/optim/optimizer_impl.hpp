@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace cohort::detail {
@@ -30,6 +31,7 @@ class OptimizerImpl {
   OptimizerImpl(const OptimizerTarget& target, const OptimizerConfig& config);
 
   void step();
+  void write_after(const Event& event) { pending_reader_ = event; }
   void set_loss_scaler(LossScaler* scaler);
   void request_clip(float max_norm);
   float read_grad_norm() const;
@@ -71,6 +73,7 @@ class OptimizerImpl {
   Buffer state0_;
   Buffer state1_;
   LossScaler* scaler_ = nullptr;
+  std::optional<Event> pending_reader_;  ///< the next step's writes wait for it (write_after)
   // What this step has done so far (host-side; reset by step()).
   bool grads_reduced_ = false;
   bool stats_ready_ = false;

@@ -76,6 +76,17 @@ void read_after(void* destination, const void* source, std::size_t bytes, const 
   stream.synchronize();
 }
 
+void copy_to_host_async(void* destination, const void* source, std::size_t bytes,
+                        const Stream& stream) {
+  if (stream.device().is_host()) {
+    stream.enqueue([destination, source, bytes] { std::memcpy(destination, source, bytes); });
+    return;
+  }
+  const CurrentDevice current(stream.device());
+  COHORT_CUDA_TRY(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost,
+                                  static_cast<cudaStream_t>(stream.native_handle())));
+}
+
 void zero_async(void* destination, std::size_t bytes, const Stream& stream) {
   if (bytes == 0) {
     return;
@@ -107,6 +118,11 @@ void write_now(void* destination, const void* source, std::size_t bytes, const S
 void read_after(void* destination, const void* source, std::size_t bytes, const Stream& stream) {
   stream.synchronize();
   std::memcpy(destination, source, bytes);
+}
+
+void copy_to_host_async(void* destination, const void* source, std::size_t bytes,
+                        const Stream& stream) {
+  stream.enqueue([destination, source, bytes] { std::memcpy(destination, source, bytes); });
 }
 
 void zero_async(void* destination, std::size_t bytes, const Stream& stream) {

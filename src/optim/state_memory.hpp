@@ -40,6 +40,11 @@ void write_now(void* destination, const void* source, std::size_t bytes, const S
 /// Waits for `stream`, then copies `bytes` from `source` (on `stream`'s device) to the host.
 void read_after(void* destination, const void* source, std::size_t bytes, const Stream& stream);
 
+/// Enqueues on `stream` a copy of `bytes` from `source` (on `stream`'s device) to host memory
+/// (pinned, for a CUDA device, so that the copy is asynchronous); returns at once.
+void copy_to_host_async(void* destination, const void* source, std::size_t bytes,
+                        const Stream& stream);
+
 /// Sets `bytes` at `destination` to zero in stream order.
 void zero_async(void* destination, std::size_t bytes, const Stream& stream);
 

@@ -64,7 +64,9 @@ TEST_P(RoundTrip, ResumedRunIsBitwiseEqualToUninterruptedOne) {
     saver.wait();
 
     TestRun resumed(world, registry, c.kind, scaler);
-    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(), {.directory = folder.path()},
+    // The asynchronous cases load with all-gathered slices of the replicated arrays.
+    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(),
+                                {.directory = folder.path(), .gather_replicated = c.async},
                                 resumed.scaler.get());
     const std::optional<cohort::TrainingState> state = loader.load();
     ASSERT_TRUE(state.has_value());
@@ -157,7 +159,10 @@ TEST_P(Resharding, Zero1StateResplitsFrom4To2To3To4Ranks) {
   const DType dtype = GetParam();
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(dtype);
-  const cohort::CheckpointOptions options{.directory = folder.path()};
+  // bf16 loads with all-gathered slices of the (replicated) parameters: slices of another world's
+  // pieces.
+  const cohort::CheckpointOptions options{.directory = folder.path(),
+                                          .gather_replicated = dtype == DType::bf16};
   GlobalState global;
   cohort::run_local(4, [&](cohort::World& world) {
     TestRun run(world, registry, OptimizerKind::zero1_adamw);

@@ -1,4 +1,4 @@
-// Every collective, dtype and reduce op on the Gloo backend, with ranks as threads, over world
+// Every collective, dtype and reduce op on the host backend (each transport), with ranks as threads, over world
 // sizes 1 to 8, with counts 0, 1, odd and large, against closed-form results.
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
@@ -131,7 +131,7 @@ TEST_P(EveryCollective, MatchesClosedFormResults) {
   cohort::run_local(
       ranks,
       [](cohort::World& world) {
-        EXPECT_EQ(world.backend(), cohort::Backend::gloo);
+        EXPECT_EQ(world.backend(), cohort_test::expected_host_backend());
         EXPECT_EQ(world.device(), cohort::Device::host());
         EXPECT_EQ(world.comm().size(), world.size());
         EXPECT_EQ(world.comm().rank(), world.rank());
@@ -150,6 +150,27 @@ TEST_P(EveryCollective, MatchesClosedFormResults) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryCollective, ::testing::Range(1, 9),
                          [](const auto& param_info) { return std::to_string(param_info.param) + "ranks"; });
+
+// 6 ranks as 3 simulated hosts of 2: the global communicator all-reduces hierarchically (shared
+// memory within a host, Gloo across) unless Gloo is forced; every collective stays exact.
+TEST(World, HostsWithSeveralRanksEachGetTheHierarchicalPath) {
+  cohort::WorldOptions options = host_options();
+  options.ranks_per_node = 2;
+  cohort::run_local(
+      6,
+      [](cohort::World& world) {
+        const bool gloo = cohort_test::expected_host_backend() == cohort::Backend::gloo;
+        EXPECT_EQ(world.backend(), gloo ? cohort::Backend::gloo : cohort::Backend::hierarchical);
+        EXPECT_EQ(world.local().backend(), gloo ? cohort::Backend::gloo : cohort::Backend::shm);
+        EXPECT_EQ(world.cross().backend(), cohort::Backend::gloo);
+        const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+        check_dtype<float>(world, stream);
+        check_dtype<cohort::bfloat16>(world, stream);
+        check_dtype<std::int32_t>(world, stream);
+        check_dtype<std::uint8_t>(world, stream);
+      },
+      options);
+}
 
 TEST(World, RanksAndSubGroupsOfSimulatedNodes) {
   cohort::WorldOptions options = host_options();

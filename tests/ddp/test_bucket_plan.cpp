@@ -2,6 +2,7 @@
 // relies on, checked against brute force.
 #include <cohort/core/error.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/ddp/bucket_sizing.hpp>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -167,6 +168,38 @@ TEST(BucketPlan, RejectsEmptyAndMixedRegistries) {
   registry.add("scalar", {}, cohort::DType::f16);
   EXPECT_EQ(registry.info(cohort::ParamHandle{1}).count, 1u);
   EXPECT_THROW(cohort::make_bucket_plan(registry, 2, 1024, 1024), cohort::InvalidArgument);
+}
+
+}  // namespace
+
+namespace {
+
+// Note [Automatic bucket sizes]: the fixed cost alpha is at most 10% of a first or last bucket's
+// time, the middle cap is four times that, and the caps stay within [256 B, 64 MiB].
+TEST(BucketSizing, FixedCostStaysUnderATenthOfEachBucket) {
+  for (const cohort::LinkEstimate link : {cohort::LinkEstimate{20.0, 2000.0},    // shared memory
+                                          cohort::LinkEstimate{1000.0, 700.0},   // TCP loopback
+                                          cohort::LinkEstimate{8.0, 200000.0}}) {  // NVLink
+    const cohort::BucketSizing sizing = cohort::choose_bucket_sizes(link);
+    EXPECT_TRUE(sizing.automatic);
+    for (const std::size_t cap : {sizing.first_bytes, sizing.last_bytes}) {
+      const double seconds_fixed = link.alpha_us;
+      const double seconds_total = link.alpha_us + static_cast<double>(cap) / link.bytes_per_us;
+      EXPECT_LE(seconds_fixed / seconds_total, 0.1 + 1e-9) << sizing.describe();
+      // ...and not much bigger than needed: one 256-byte step less would break the 10%.
+      const double smaller = link.alpha_us + static_cast<double>(cap - 256) / link.bytes_per_us;
+      EXPECT_GT(seconds_fixed / smaller, 0.1) << sizing.describe();
+    }
+    EXPECT_EQ(sizing.middle_bytes % 256, 0u);
+    EXPECT_NEAR(static_cast<double>(sizing.middle_bytes),
+                4.0 * static_cast<double>(sizing.first_bytes), 4.0 * 256.0);
+  }
+  // 18 us x 1 byte/us x 9 = 162 bytes: the 256-byte floor; 1 s x 1 GB/s: the 64 MiB ceiling.
+  EXPECT_EQ(cohort::choose_bucket_sizes({18.0, 1.0}).first_bytes, 256u);
+  EXPECT_EQ(cohort::choose_bucket_sizes({1e6, 1000.0}).middle_bytes, std::size_t{64} << 20);
+  EXPECT_THROW(cohort::choose_bucket_sizes({1.0, 0.0}), cohort::InvalidArgument);
+  EXPECT_THAT(cohort::choose_bucket_sizes({20.0, 2000.0}).describe(),
+              ::testing::HasSubstr("auto from alpha 20.0 us, beta 2.00 GB/s: first 351.75 KiB"));
 }
 
 }  // namespace

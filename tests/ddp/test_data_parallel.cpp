@@ -1,4 +1,4 @@
-// DataParallel on the Gloo backend, ranks as threads: data-parallel SGD against one rank with the
+// DataParallel on the host backend (each transport), ranks as threads: data-parallel SGD against one rank with the
 // whole batch (world sizes 1 to 8), bucket issue order, accumulation, consistency checks, unused
 // parameters, wire compression bounds, the reduce-scatter mode and step statistics.
 #include "mlp_model.hpp"
@@ -473,6 +473,41 @@ TEST(DataParallel, StatisticsCountBytesAndTimeTheCollectives) {
         EXPECT_LT(stats.exposed_ms, stats.comm_ms) << "the reduction of b was not overlapped";
       },
       host_options());
+}
+
+// The default caps come from a link measurement that every rank shares, so every rank plans the
+// same buckets; fixed caps stay as given.
+TEST(DataParallel, AutomaticBucketCapsAreMeasuredOnceAndAgreedByEveryRank) {
+  constexpr int kRanks = 3;
+  std::vector<cohort::BucketSizing> sizings(kRanks);
+  std::vector<std::string> plans(kRanks);
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        registry.add("a", {1 << 18});
+        registry.add("b", {1 << 10});
+        const cohort::DataParallel automatic(world, registry);
+        const auto r = static_cast<std::size_t>(world.rank());
+        sizings[r] = automatic.bucket_sizing();
+        plans[r] = automatic.plan().describe();
+        const cohort::DataParallel fixed(world, registry, small_buckets());
+        EXPECT_FALSE(fixed.bucket_sizing().automatic);
+        EXPECT_EQ(fixed.bucket_sizing().middle_bytes, 512u);
+        EXPECT_EQ(fixed.bucket_sizing().first_bytes, 256u);
+      },
+      host_options());
+  for (int r = 0; r < kRanks; ++r) {
+    const cohort::BucketSizing& sizing = sizings[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(sizing.automatic);
+    EXPECT_GT(sizing.link.bytes_per_us, 0.0);
+    EXPECT_GE(sizing.link.alpha_us, 0.0);
+    EXPECT_EQ(sizing.describe(), sizings[0].describe()) << "rank " << r;
+    EXPECT_EQ(plans[static_cast<std::size_t>(r)], plans[0]) << "rank " << r;
+    const cohort::BucketSizing expected = cohort::choose_bucket_sizes(sizing.link);
+    EXPECT_EQ(sizing.first_bytes, expected.first_bytes);
+    EXPECT_EQ(sizing.middle_bytes, expected.middle_bytes);
+  }
 }
 
 TEST(DataParallel, RejectsMixedDtypesAndCompressionOfA16BitArena) {

@@ -59,7 +59,27 @@ def main(bench, out_dir):
         png = handle.read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     assert len(png) > 10000, "PNG of %d bytes" % len(png)
-    print("scaling_bench report and plot OK")
+    assert all(row["timed_steps"] == 5 for row in rows), rows  # 5 steps fit the default budget
+
+    # A large workload with a small budget: the expected duration comes first, progress lines
+    # at least every 10 s, and the timed steps cut to fit (3 at least).
+    command = [bench, "--ranks", "2", "--workload", "gpt2-124m", "--budget-s", "8",
+               "--json", report_path]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=150)
+    sys.stderr.write(result.stderr)
+    assert result.returncode == 0, "scaling_bench exited with %d" % result.returncode
+    lines = result.stderr.splitlines()
+    assert lines and lines[0].startswith("scaling_bench: gpt2-124m, simulated compute at"), lines[:2]
+    assert any(line.startswith("scaling_bench: expected about") for line in lines[:3]), lines[:3]
+    elapsed = [int(line.split()[1]) for line in lines
+               if line.startswith("scaling_bench: ") and line.split()[1].isdigit() and line.split()[2] == "s:"]
+    with open(report_path) as handle:
+        report = json.load(handle)
+    assert abs(report["simulated_compute_ms"] - 200.0) < 1e-6, report["simulated_compute_ms"]
+    assert all(3 <= row["timed_steps"] < 20 for row in report["rows"]), report["rows"]
+    gaps = [b - a for a, b in zip([0] + elapsed, elapsed)]
+    assert all(gap <= 10 for gap in gaps), elapsed
+    print("scaling_bench report and plot OK; budgeted run with progress lines at", elapsed, "s")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 // expected exception, threads whose exceptions fail the test, and exact conversions between
 // double and every element type (16-bit floats included).
 
+#include <cohort/comm/types.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/float16.hpp>
 
 #include <gtest/gtest.h>
@@ -18,6 +20,13 @@
 namespace cohort_test {
 
 using Clock = std::chrono::steady_clock;
+
+/// The backend a host world of these tests gets on one host: ctest runs the host tests once per
+/// transport (COHORT_HOST_TRANSPORT=shm, =gloo); unset means shared memory.
+inline cohort::Backend expected_host_backend() {
+  return cohort::env::text(cohort::env::kHostTransport) == "gloo" ? cohort::Backend::gloo
+                                                                 : cohort::Backend::shm;
+}
 
 inline std::chrono::milliseconds elapsed_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);

@@ -4,7 +4,7 @@
 /// `Checkpointer`: saves and restores everything a training step depends on, so that a run
 /// interrupted at any instant resumes exactly where its last checkpoint left it.
 ///
-///     cohort::Checkpointer checkpoints(dp, optimizer.get(), {.directory = "ckpt", .keep_last = 3});
+///     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = "ckpt", .keep_last = 3});
 ///     cohort::TrainingState state;
 ///     if (auto loaded = checkpoints.load()) state = *loaded;     // resume from `latest`
 ///     for (; state.step < steps; ++state.step) {
@@ -41,7 +41,18 @@
 /// `CheckpointError` naming the checkpoint, the file and the problem; with `fallback` the ranks try
 /// the next older checkpoint instead. A checkpoint saved on N ranks loads on M ranks
 /// (`allow_resharding`): each rank reads the element ranges of its own shard from whichever files
-/// hold them.
+/// hold them. A replicated array is read by every rank, or, with `gather_replicated`, in slices,
+/// one per rank, that the ranks all-gather once they agree: every byte is still checked (by
+/// the rank that reads it) before anything is written.
+///
+/// Note [Checkpoint copy]
+/// A save's only stall is its copy to host memory (pinned, for a CUDA device), and even that runs
+/// on a side stream of the Checkpointer's (a worker thread on the host, a CUDA stream on a GPU)
+/// after the work already on the compute stream. `save` waits for it; `save_async` does not: it
+/// makes the optimizer's next `step()` wait for it (`Optimizer::write_after`), so the copy
+/// overlaps the next step's forward and backward, which read the parameters and do not write them.
+/// Without an optimizer nothing marks the next write of the parameters, so `save_async` waits for
+/// the copy. The background writer waits for it before it checksums and writes the file.
 ///
 /// Threads: a Checkpointer is used by its rank's thread; the asynchronous writer is its own.
 
@@ -89,6 +100,12 @@ struct CheckpointOptions {
   bool fallback = false;
   /// Load: accept a checkpoint saved on another number of ranks.
   bool allow_resharding = true;
+  /// Load: each rank reads only its slice of the replicated arrays (parameters, unsharded
+  /// optimizer state) and the ranks all-gather them, instead of every rank reading all of them.
+  /// Unset: on CUDA devices (NCCL's all-gather is faster than the reads), not on the host (Gloo's
+  /// all-gather over TCP was no faster than every rank reading from the page cache; measured in
+  /// docs/checkpoint.md).
+  std::optional<bool> gather_replicated = std::nullopt;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,
   /// before_latest) instead kills the process with SIGKILL there, for tests with processes.

@@ -5,7 +5,7 @@
 /// step boundary every rank learns, in one tiny collective, whether any rank got one.
 ///
 ///     cohort::PreemptionWatch preemption(world, dp.compute_stream());   // installs the handlers
-///     for (...) {
+///     for (int i = 0; i < steps; ++i) {
 ///       step();
 ///       if (preemption.agreed()) {          // collective, at the same step on every rank
 ///         checkpoints.save(state);

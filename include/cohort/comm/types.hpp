@@ -27,7 +27,16 @@ std::string_view to_string(ReduceOp op) noexcept;
 enum class Backend : std::uint8_t {
   gloo,  ///< host memory, TCP between processes (Gloo)
   nccl,  ///< CUDA memory, NVLink/PCIe/network (NCCL)
+  shm,   ///< host memory shared by the ranks of one host (/dev/shm)
+  hierarchical,  ///< host memory across hosts: shared memory within each, Gloo between them
 };
+
+/// How host communicators move data. `automatic`: shared memory among ranks on one host,
+/// Gloo between hosts, and the two combined (hierarchical all-reduce) for a communicator that
+/// spans hosts with several ranks on one.
+enum class HostTransport : std::uint8_t { automatic, shm, gloo };
+
+std::string_view to_string(HostTransport transport) noexcept;
 
 std::string_view to_string(Backend backend) noexcept;
 

@@ -6,7 +6,7 @@
 ///     cohort::World world = cohort::init();      // cohortrun, torchrun, srun, mpirun...
 ///     world.comm().all_reduce(grads, cohort::ReduceOp::avg, stream);
 ///
-///     cohort::run_local(4, [](cohort::World& world) { ... });   // 4 ranks as threads
+///     cohort::run_local(4, [](cohort::World& world) { /* this rank's program */ });  // 4 threads
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/launch_info.hpp>
@@ -23,7 +23,7 @@ namespace cohort {
 enum class BackendChoice : std::uint8_t {
   automatic,  ///< NCCL when this process sees a GPU (and cohort has CUDA), else Gloo
   nccl,
-  gloo,
+  gloo,  ///< the host backend (shared memory within a host, Gloo across; see HostTransport)
 };
 
 struct WorldOptions {
@@ -41,6 +41,9 @@ struct WorldOptions {
   /// Group ranks into nodes of this many consecutive ranks instead of by host name; lets
   /// `run_local` model several nodes in one process (0: by host name).
   int ranks_per_node = 0;
+  /// How host communicators move data (see `HostTransport`). Unset: `COHORT_HOST_TRANSPORT`
+  /// (shm, gloo or auto), else automatic.
+  std::optional<HostTransport> host_transport;
 };
 
 class World {
@@ -59,6 +62,8 @@ class World {
 
   /// The device this rank works on: the local_rank-th GPU, or the host.
   Device device() const noexcept;
+  /// The global communicator's backend: nccl, or on the host shm (one host), hierarchical
+  /// (several hosts), or gloo (forced, or uneven ranks per host).
   Backend backend() const noexcept;
 
   /// Every rank.

@@ -39,6 +39,13 @@ inline constexpr std::string_view kDebugCollectives = "COHORT_DEBUG_COLLECTIVES"
 /// round-robin (NCCL needs `NCCL_MULTI_RANK_GPU_ENABLE=1`, NCCL 2.30+). Default off.
 inline constexpr std::string_view kAllowSharedGpu = "COHORT_ALLOW_SHARED_GPU";
 
+// ---- Host collectives -----------------------------------------------------------------------------
+
+/// How host communicators move data: `shm` (shared memory among the ranks of a host, the
+/// automatic choice made explicit), `gloo` (TCP everywhere) or `auto` (default; Note [Host
+/// transport selection]).
+inline constexpr std::string_view kHostTransport = "COHORT_HOST_TRANSPORT";
+
 // ---- The rendezvous store ---------------------------------------------------------------------
 
 /// Which store the ranks meet through: `tcp` (default), `file:<folder>` or `memory` (one

@@ -14,10 +14,10 @@
 ///                                         .seed = seed}, stream);
 ///     for (int step = 0; step < steps; ++step) {
 ///       const cohort::SampledBatch batch = sampler.next_batch();   // indices on the device
-///       sampler.gather(batch, all_images, batch_images);            // rows, in stream order
-///       ...
+///       sampler.gather(batch, all_images, row_elements, batch_images);  // rows, in stream order
+///       train_on(batch_images);
 ///     }
-///     checkpoint.data_position = sampler.position();  // resume with sampler.seek(position)
+///     const cohort::SamplerPosition position = sampler.position();  // resume: sampler.seek(position)
 ///
 /// On a GPU the permutation and the gather run on the device (Thrust, on the sampler's stream,
 /// temporaries from cohort's device pool); on the host they run on the host. Both give the same

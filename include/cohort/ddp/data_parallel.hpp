@@ -113,6 +113,7 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/ddp/bucket_sizing.hpp>
 #include <cohort/ddp/param_registry.hpp>
 #include <cohort/memory/memory_resource.hpp>
 
@@ -149,8 +150,10 @@ enum class Compression : std::uint8_t { none, bf16, f16 };
 /// any subset: `{.bucket_bytes = 25 << 20}`. Every rank must pass the same values for the
 /// members marked "same on every rank" (checked at construction).
 struct DataParallelOptions {
-  /// Cap of every bucket but the first, in bytes (same on every rank; Note [Buckets]).
-  std::size_t bucket_bytes = kDefaultBucketBytes;
+  /// Cap of every bucket but the first and last, in bytes (same on every rank; Note [Buckets]).
+  /// `kAutoBucketBytes` (the default): all three caps from the measured link, ignoring the two
+  /// below (Note [Automatic bucket sizes]; `DataParallel::bucket_sizing()` tells what was chosen).
+  std::size_t bucket_bytes = kAutoBucketBytes;
   /// Cap of the first bucket, the first gradients backward produces (same on every rank).
   std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   /// Cap of the last bucket, the last gradients backward produces: nothing is left to hide its
@@ -282,6 +285,8 @@ class DataParallel {
   Communicator& comm() noexcept;
   const ParamRegistry& registry() const noexcept;
   const BucketPlan& plan() const noexcept;
+  /// The bucket caps the plan was made with, and the link measurement behind automatic ones.
+  const BucketSizing& bucket_sizing() const noexcept;
   const DataParallelOptions& options() const noexcept;
 
  private:

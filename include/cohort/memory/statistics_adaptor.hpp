@@ -27,7 +27,7 @@ struct MemoryStatistics {
 /// exact, and a `statistics()` taken while other threads allocate may mix moments.
 ///
 ///     auto counted = std::make_shared<cohort::StatisticsAdaptor>(pool);
-///     ... counted->statistics().bytes.peak ...
+///     const auto peak = counted->statistics().bytes.peak;  // after the phase to measure
 class StatisticsAdaptor final : public MemoryResource {
  public:
   /// @throws InvalidArgument when `upstream` is null.

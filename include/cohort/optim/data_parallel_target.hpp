@@ -4,7 +4,7 @@
 /// The one-line adapters from a `DataParallel` engine to its optimizer:
 ///
 ///     cohort::AdamW opt(cohort::target_of(dp), {.lr = 1e-3f});
-///     cohort::ShardedOptimizer zero(cohort::target_of(dp), {.lr = 1e-3f},
+///     cohort::ShardedOptimizer zero(cohort::target_of(dp), cohort::AdamWOptions{.lr = 1e-3f},
 ///                                   cohort::sharded_options_of(dp));
 
 #include <cohort/ddp/data_parallel.hpp>

@@ -85,6 +85,12 @@ class Optimizer {
   /// (except its shard by the ZeRO-1 reduce-scatter).
   void step();
 
+  /// Makes the next `step()` wait for `event` before it writes the parameters or the state: for
+  /// a reader of them on another stream (a checkpoint's host copy, Note [Checkpoint copy] in
+  /// checkpoint.hpp), which then overlaps the next step's forward and backward. On a host stream
+  /// that runs tasks on the caller, `step()` blocks until the event completes.
+  void write_after(const Event& event);
+
   /// Attaches a loss scaler (on the same device), or detaches it with nullptr. The scaler must
   /// outlive its use by this optimizer; one scaler serves one optimizer.
   void set_loss_scaler(LossScaler* scaler);

@@ -1,0 +1,141 @@
+#include "hierarchical_communicator.hpp"
+
+#include "gloo_communicator.hpp"
+#include "host_select.hpp"
+#include "shm_reduce.hpp"
+#include "watchdog.hpp"
+
+#include <cohort/core/error.hpp>
+
+#include <cstring>
+#include <vector>
+
+namespace cohort::detail {
+
+struct HierarchicalCommunicator::Parts {
+  std::unique_ptr<Communicator> flat;    // every member, over Gloo
+  std::unique_ptr<Communicator> node;    // the members on this host, over shared memory
+  std::unique_ptr<Communicator> across;  // one member per host, same index, over Gloo
+  Stream stream = Stream::create(Device::host());
+  std::vector<std::byte> scratch;
+
+  void execute(const Call& call, int size);
+};
+
+namespace {
+
+/// The same members under another store scope, for a communicator built inside this one.
+std::shared_ptr<CommContext> same_members(const CommContext& context, const std::string& suffix) {
+  SplitPlan plan;
+  plan.member = true;
+  plan.rank = context.rank;
+  for (int r = 0; r < context.size; ++r) {
+    plan.parent_ranks.push_back(r);
+  }
+  plan.global_ranks = context.global_ranks;
+  plan.id = context.id + "." + suffix;
+  auto child = make_child_context(context, plan, context.name + "." + suffix);
+  child->host_transport = HostTransport::gloo;  // the flat part is Gloo, whatever the placement
+  return child;
+}
+
+template <typename T>
+void divide(T* data, std::size_t count, int divisor) {
+  using A = Accumulator<T>;
+  for (std::size_t i = 0; i < count; ++i) {
+    data[i] = static_cast<T>(static_cast<A>(data[i]) / static_cast<A>(divisor));
+  }
+}
+
+}  // namespace
+
+void HierarchicalCommunicator::Parts::execute(const Call& call, int size) {
+  if (call.op != CollectiveOp::all_reduce) {
+    switch (call.op) {
+      case CollectiveOp::reduce_scatter:
+        flat->reduce_scatter(call.input, call.output, call.reduce, stream).wait();
+        return;
+      case CollectiveOp::all_gather: flat->all_gather(call.input, call.output, stream).wait(); return;
+      case CollectiveOp::broadcast: flat->broadcast(call.output, call.root, stream).wait(); return;
+      case CollectiveOp::barrier: flat->barrier(stream).wait(); return;
+      case CollectiveOp::all_reduce: break;
+    }
+  }
+  const std::size_t count = call.output.count();
+  if (count == 0) {
+    return;
+  }
+  const auto local = static_cast<std::size_t>(node->size());
+  const std::size_t shard = (count + local - 1) / local;
+  const std::size_t element = size_of(call.output.dtype());
+  scratch.resize((local + 1) * shard * element);
+  const TensorView padded(scratch.data(), local * shard, call.output.dtype(), Device::host());
+  const TensorView mine = TensorView(scratch.data() + local * shard * element, shard,
+                                     call.output.dtype(), Device::host());
+  std::memcpy(scratch.data(), call.input.data(), call.input.bytes());
+  std::memset(scratch.data() + call.input.bytes(), 0, (local * shard - count) * element);
+  const ReduceOp op = call.reduce == ReduceOp::avg ? ReduceOp::sum : call.reduce;
+  node->reduce_scatter(padded, mine, op, stream).wait();
+  across->all_reduce(mine, op, stream).wait();
+  node->all_gather(mine, padded, stream).wait();
+  std::memcpy(call.output.data(), scratch.data(), call.output.bytes());
+  if (call.reduce == ReduceOp::avg) {
+    visit_dtype(call.output.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      divide(static_cast<T*>(call.output.data()), count, size);
+    });
+  }
+}
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> context)
+    : Communicator(std::move(context)), parts_(std::make_shared<Parts>()) {
+  CommContext& ctx = this->context();
+  ctx.backend = Backend::hierarchical;
+  const int node = ctx.member_nodes.at(static_cast<std::size_t>(ctx.rank));
+  int index = 0;  // among the members on this host
+  for (int r = 0; r < ctx.rank; ++r) {
+    index += ctx.member_nodes[static_cast<std::size_t>(r)] == node ? 1 : 0;
+  }
+  parts_->flat = std::make_unique<GlooCommunicator>(same_members(ctx, "flat"),
+                                                    shared_gloo_device(ctx.single_node_world));
+  // The flat communicator forces Gloo on what it splits; the in-host part wants shared memory.
+  auto split = [&](int color, int key, const std::string& suffix) {
+    const SplitPlan plan = plan_split(ctx, color, key);
+    auto child = make_child_context(ctx, plan, ctx.name + "." + suffix);
+    return make_host_communicator(std::move(child));
+  };
+  parts_->node = split(node, index, "node");
+  parts_->across = split(index, node, "across");
+  ctx.backend_version = "shared memory within hosts, Gloo across";
+  worker_ = HostWorker::start();
+  ctx.set_backend_abort([parts = parts_] {
+    parts->flat->abort("the hierarchical communicator containing it was aborted");
+    parts->node->abort("the hierarchical communicator containing it was aborted");
+    parts->across->abort("the hierarchical communicator containing it was aborted");
+  });
+  if (auto watchdog = ctx.watchdog.lock()) {
+    watchdog->add(shared_context());
+  }
+  publish_progress(ctx);
+}
+
+HierarchicalCommunicator::~HierarchicalCommunicator() {
+  worker_->stop(/*detach=*/context().aborted());
+}
+
+void* HierarchicalCommunicator::native_handle() const noexcept {
+  return parts_->flat->native_handle();
+}
+
+void HierarchicalCommunicator::run(const Call& call, const Stream& stream,
+                                   const std::shared_ptr<WorkState>& work) {
+  run_on_worker(*worker_, stream, work, shared_context(),
+                [call, parts = parts_, size = context().size] { parts->execute(call, size); });
+}
+
+std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int key,
+                                                                std::string name) {
+  return split_host_communicator(context(), color, key, std::move(name));
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,55 @@
+#include "host_select.hpp"
+
+#include "gloo_communicator.hpp"
+#include "hierarchical_communicator.hpp"
+#include "shm_communicator.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace cohort::detail {
+
+std::shared_ptr<gloo::transport::Device> shared_gloo_device(bool local_only) {
+  static std::mutex mutex;
+  static std::weak_ptr<gloo::transport::Device> devices[2];
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto device = devices[local_only ? 1 : 0].lock();
+  if (!device) {
+    device = make_gloo_device(local_only);
+    devices[local_only ? 1 : 0] = device;
+  }
+  return device;
+}
+
+std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext> context) {
+  std::map<int, int> members_per_node;
+  for (const int node : context->member_nodes) {
+    ++members_per_node[node];
+  }
+  if (context->host_transport != HostTransport::gloo) {
+    if (members_per_node.size() <= 1) {
+      return std::make_unique<ShmCommunicator>(std::move(context));
+    }
+    const int first = members_per_node.begin()->second;
+    bool even = first > 1;
+    for (const auto& [node, members] : members_per_node) {
+      even = even && members == first;
+    }
+    if (even) {
+      return std::make_unique<HierarchicalCommunicator>(std::move(context));
+    }
+  }
+  auto device = shared_gloo_device(context->single_node_world);
+  return std::make_unique<GlooCommunicator>(std::move(context), std::move(device));
+}
+
+std::unique_ptr<Communicator> split_host_communicator(CommContext& parent, int color, int key,
+                                                      std::string name) {
+  const SplitPlan plan = plan_split(parent, color, key);
+  if (!plan.member) {
+    return nullptr;
+  }
+  return make_host_communicator(make_child_context(parent, plan, std::move(name)));
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,100 @@
+#include "host_worker.hpp"
+
+#include "watchdog.hpp"
+
+#include <cohort/core/error.hpp>
+
+#include <optional>
+
+namespace cohort::detail {
+
+std::shared_ptr<HostWorker> HostWorker::start() {
+  auto worker = std::shared_ptr<HostWorker>(new HostWorker());
+  worker->thread_ = std::thread([self = worker] { self->run(); });
+  return worker;
+}
+
+void HostWorker::enqueue(std::function<void()> task) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+void HostWorker::stop(bool detach) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (detach) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+}
+
+void HostWorker::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) {
+      return;  // stopping, and everything queued has run
+    }
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();  // tasks catch their own errors
+    task = nullptr;
+    lock.lock();
+  }
+}
+
+void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
+                   std::shared_ptr<CommContext> context, std::function<void()> execute) {
+  // The input is ready once the work already on `stream` is done; when there is none, there is
+  // nothing to wait for (and no event to record: the common case of a caller that synchronizes).
+  std::optional<Event> input_ready;
+  if (!stream.ready()) {
+    input_ready = Event::create(Device::host());
+    input_ready->record(stream);
+  }
+  worker.enqueue([input_ready, work, context = std::move(context), execute = std::move(execute)] {
+    if (input_ready) {
+      try {
+        input_ready->synchronize();
+      } catch (const std::exception& error) {
+        // The caller's stream failed before reaching the collective: this rank cannot take
+        // part, so every rank is told now rather than at the deadline.
+        fail_collective(*context, *work, /*timed_out=*/false,
+                        std::string("the stream it was issued on failed first: ") + error.what());
+        return;
+      }
+    }
+    if (context->aborted()) {
+      try {
+        COHORT_FAIL(Error, context->describe() + " was aborted before " +
+                               work->record().describe() + " ran: " + context->abort_reason());
+      } catch (...) {
+        work->fail(std::current_exception());
+      }
+      return;
+    }
+    try {
+      execute();
+      work->complete();
+    } catch (const TimeoutError& error) {
+      fail_collective(*context, *work, /*timed_out=*/true, error.what());
+    } catch (const std::exception& error) {
+      fail_collective(*context, *work, /*timed_out=*/false, error.what());
+    }
+  });
+  // Later work on the caller's stream runs after the collective, and fails if it failed.
+  stream.enqueue_wait([work] {
+    work->wait_until(WorkState::Clock::time_point::max());
+    work->rethrow_if_failed();
+  });
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,193 @@
+#include "shm_collectives.hpp"
+
+#include "shm_reduce.hpp"
+
+#include <cohort/core/error.hpp>
+
+#include <cstring>
+#include <vector>
+
+namespace cohort::detail {
+namespace {
+
+using Flag = ShmSegment::Flag;
+constexpr int kEveryRank = -1;
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  const auto* a_begin = static_cast<const std::byte*>(a.data());
+  const auto* b_begin = static_cast<const std::byte*>(b.data());
+  return a.bytes() > 0 && b.bytes() > 0 && a_begin < b_begin + b.bytes() &&
+         b_begin < a_begin + a.bytes();
+}
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (dst != src && bytes > 0) {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+}  // namespace
+
+ShmEngine::ShmEngine(CommContext& context) : rank_(context.rank), ranks_(context.size) {
+  if (ranks_ > 1) {
+    segment_ = std::make_unique<ShmSegment>(context, kSlotBytes);
+  }
+}
+
+void ShmEngine::abort(int rank) noexcept {
+  if (segment_) {
+    segment_->abort(rank);
+  }
+}
+
+std::uint64_t ShmEngine::begin_round(ShmSegment::Clock::time_point deadline,
+                                     const CommContext& context) {
+  const std::uint64_t seq = ++sequence_;
+  if (seq > 2) {
+    segment_->wait(Flag::done, kEveryRank, seq - 2, deadline, context);
+  }
+  return seq;
+}
+
+void ShmEngine::execute(const Communicator::Call& call, ShmSegment::Clock::time_point deadline,
+                        const CommContext& context) {
+  if (call.op == CollectiveOp::barrier) {
+    if (ranks_ > 1) {
+      const std::uint64_t seq = begin_round(deadline, context);
+      segment_->post(Flag::arrived, seq);
+      segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+      segment_->post(Flag::done, seq);
+    }
+    return;
+  }
+  visit_dtype(call.input.dtype(),
+              [&](auto tag) { run_typed<decltype(tag)>(call, deadline, context); });
+}
+
+template <typename T>
+void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::time_point deadline,
+                          const CommContext& context) {
+  const auto n = static_cast<std::size_t>(ranks_);
+  const auto me = static_cast<std::size_t>(rank_);
+  const auto* input = static_cast<const T*>(call.input.data());
+  auto* output = static_cast<T*>(call.output.data());
+  // Slot pointers of one buffer, as typed sources for the reduction.
+  std::vector<const T*> sources(n);
+  auto slot = [&](std::uint64_t seq, std::size_t rank) {
+    return reinterpret_cast<T*>(segment_->slot(static_cast<int>(seq % 2), static_cast<int>(rank)));
+  };
+  const std::size_t slot_elements = ShmEngine::kSlotBytes / sizeof(T);
+
+  if (ranks_ == 1) {
+    // One rank: the result is its own input (avg divides by one).
+    copy(output, input, call.output.bytes());
+    return;
+  }
+  switch (call.op) {
+    case CollectiveOp::all_reduce: {
+      const std::size_t count = call.output.count();
+      if (count * sizeof(T) <= kSmallBytes) {
+        if (count == 0) {
+          return;
+        }
+        const std::uint64_t seq = begin_round(deadline, context);
+        copy(slot(seq, me), input, count * sizeof(T));
+        segment_->post(Flag::arrived, seq);
+        segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        for (std::size_t r = 0; r < n; ++r) {
+          sources[r] = slot(seq, r);
+        }
+        reduce_sources<T>(sources.data(), ranks_, count, call.reduce, output, nullptr);
+        segment_->post(Flag::done, seq);
+        return;
+      }
+      for (std::size_t offset = 0; offset < count; offset += slot_elements) {
+        const std::size_t chunk = std::min(slot_elements, count - offset);
+        auto share_begin = [&](std::size_t r) { return chunk * r / n; };
+        const std::uint64_t seq = begin_round(deadline, context);
+        copy(slot(seq, me), input + offset, chunk * sizeof(T));
+        segment_->post(Flag::arrived, seq);
+        segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        const std::size_t begin = share_begin(me);
+        for (std::size_t r = 0; r < n; ++r) {
+          sources[r] = slot(seq, r) + begin;
+        }
+        reduce_sources<T>(sources.data(), ranks_, share_begin(me + 1) - begin, call.reduce,
+                          output + offset + begin, slot(seq, me) + begin);
+        segment_->post(Flag::reduced, seq);
+        segment_->wait(Flag::reduced, kEveryRank, seq, deadline, context);
+        for (std::size_t r = 0; r < n; ++r) {
+          if (r != me) {
+            copy(output + offset + share_begin(r), slot(seq, r) + share_begin(r),
+                 (share_begin(r + 1) - share_begin(r)) * sizeof(T));
+          }
+        }
+        segment_->post(Flag::done, seq);
+      }
+      return;
+    }
+    case CollectiveOp::reduce_scatter: {
+      const std::size_t count = call.output.count();
+      const std::size_t block = slot_elements / n;
+      for (std::size_t offset = 0; offset < count; offset += block) {
+        const std::size_t chunk = std::min(block, count - offset);
+        const std::uint64_t seq = begin_round(deadline, context);
+        for (std::size_t r = 0; r < n; ++r) {
+          copy(slot(seq, me) + r * chunk, input + r * count + offset, chunk * sizeof(T));
+        }
+        segment_->post(Flag::arrived, seq);
+        segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        for (std::size_t r = 0; r < n; ++r) {
+          sources[r] = slot(seq, r) + me * chunk;
+        }
+        reduce_sources<T>(sources.data(), ranks_, chunk, call.reduce, output + offset, nullptr);
+        segment_->post(Flag::done, seq);
+      }
+      return;
+    }
+    case CollectiveOp::all_gather: {
+      const std::size_t count = call.input.count();
+      // An input inside the output anywhere but at this rank's own block would be overwritten
+      // before it is read: stage it.
+      std::vector<T> staged;
+      if (overlaps(call.input, call.output) && input != output + me * count) {
+        staged.assign(input, input + count);
+        input = staged.data();
+      }
+      for (std::size_t offset = 0; offset < count; offset += slot_elements) {
+        const std::size_t chunk = std::min(slot_elements, count - offset);
+        const std::uint64_t seq = begin_round(deadline, context);
+        copy(slot(seq, me), input + offset, chunk * sizeof(T));
+        segment_->post(Flag::arrived, seq);
+        segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        for (std::size_t r = 0; r < n; ++r) {
+          copy(output + r * count + offset, r == me ? input + offset : slot(seq, r),
+               chunk * sizeof(T));
+        }
+        segment_->post(Flag::done, seq);
+      }
+      return;
+    }
+    case CollectiveOp::broadcast: {
+      const std::size_t count = call.output.count();
+      const auto root = static_cast<std::size_t>(call.root);
+      for (std::size_t offset = 0; offset < count; offset += slot_elements) {
+        const std::size_t chunk = std::min(slot_elements, count - offset);
+        const std::uint64_t seq = begin_round(deadline, context);
+        if (me == root) {
+          copy(slot(seq, me), output + offset, chunk * sizeof(T));
+          segment_->post(Flag::arrived, seq);
+        } else {
+          segment_->wait(Flag::arrived, call.root, seq, deadline, context);
+          copy(output + offset, slot(seq, root), chunk * sizeof(T));
+        }
+        segment_->post(Flag::done, seq);
+      }
+      return;
+    }
+    case CollectiveOp::barrier:
+      return;
+  }
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,43 @@
+#include "shm_communicator.hpp"
+
+#include "host_select.hpp"
+#include "shm_collectives.hpp"
+#include "watchdog.hpp"
+
+namespace cohort::detail {
+
+ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
+    : Communicator(std::move(context)) {
+  CommContext& ctx = this->context();
+  ctx.backend = Backend::shm;
+  ctx.backend_version = "shared memory";
+  wait_for_members(ctx, "shm");
+  engine_ = std::make_shared<ShmEngine>(ctx);
+  worker_ = HostWorker::start();
+  ctx.set_backend_abort([engine = engine_, rank = ctx.rank] { engine->abort(rank); });
+  if (auto watchdog = ctx.watchdog.lock()) {
+    watchdog->add(shared_context());
+  }
+  publish_progress(ctx);
+}
+
+ShmCommunicator::~ShmCommunicator() {
+  // An aborted collective ends at its next check (a few ms), but need not be waited for.
+  worker_->stop(/*detach=*/context().aborted());
+}
+
+void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }
+
+void ShmCommunicator::run(const Call& call, const Stream& stream,
+                          const std::shared_ptr<WorkState>& work) {
+  run_on_worker(*worker_, stream, work, shared_context(),
+                [call, work, engine = engine_, context = shared_context()] {
+                  engine->execute(call, work->deadline(), *context);
+                });
+}
+
+std::unique_ptr<Communicator> ShmCommunicator::do_split(int color, int key, std::string name) {
+  return split_host_communicator(context(), color, key, std::move(name));
+}
+
+}  // namespace cohort::detail
