@@ -24,6 +24,7 @@
 #include <cohort/version.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 #include <gloo/allreduce.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
@@ -41,7 +42,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -69,18 +69,35 @@ struct Options {
   std::string json;
 };
 
-std::size_t parse_size(const std::string& text) {
-  std::size_t end = 0;
-  const double value = std::stod(text, &end);
-  const std::string unit = text.substr(end);
+namespace cli = cohort::cli;
+
+/// Bytes in `text` (a number with an optional K, M, G or B), or nullopt when it is not a whole
+/// number of bytes from 1 to 64 GiB.
+std::optional<std::size_t> size_bytes(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(value)) return std::nullopt;
+  const std::string unit(end);
   double scale = 1.0;
   if (unit == "K" || unit == "k") scale = 1024.0;
   else if (unit == "M" || unit == "m") scale = 1024.0 * 1024.0;
   else if (unit == "G" || unit == "g") scale = 1024.0 * 1024.0 * 1024.0;
-  else if (!unit.empty() && unit != "B") {
-    COHORT_FAIL(cohort::InvalidArgument, "size '" + text + "': use a number with K, M or G");
-  }
-  return static_cast<std::size_t>(value * scale);
+  else if (!unit.empty() && unit != "B") return std::nullopt;
+  const double bytes = value * scale;
+  if (bytes < 1.0 || bytes > 64.0 * 1024 * 1024 * 1024 || bytes != std::floor(bytes)) return std::nullopt;
+  return static_cast<std::size_t>(bytes);
+}
+
+std::size_t parse_size(const std::string& text) { return size_bytes(text).value(); }
+
+CLI::Validator size_text() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        return size_bytes(text) ? std::string()
+                                : "'" + text + "' is not a size from 1 byte to 64G: use a whole "
+                                               "number of bytes, or a number with K, M or G";
+      },
+      "SIZE");
 }
 
 /// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend.
@@ -454,7 +471,7 @@ int run(cohort::World& world, const Options& options) {
         record["memcpy_time_us"] = row.memcpy_us;
         out["records"].push_back(record);
       }
-      std::ofstream(options.json) << out.dump(2) << '\n';
+      cli::write_file("--json", options.json, out.dump(2) + "\n");
     }
   }
   return total_wrong == 0 ? 0 : 1;
@@ -465,18 +482,23 @@ int run(cohort::World& world, const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   CLI::App app{"all-reduce bus bandwidth through cohort, against the raw backend"};
-  app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)");
-  app.add_option("-e,--maxbytes", options.max_bytes, "largest size");
+  app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)")
+      ->check(size_text());
+  app.add_option("-e,--maxbytes", options.max_bytes, "largest size")->check(size_text());
   app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this each step")
-      ->check(CLI::PositiveNumber);
-  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size");
-  app.add_option("-c,--check", options.check, "check results (0: don't)");
-  app.add_option("-d,--datatype", options.dtype, "float, double, half, bfloat16, int32, int64, uint8");
-  app.add_option("-o,--op", options.op, "sum, avg, min, max");
+      ->check(cli::number_in(1.0, false, 1024.0, false));
+  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(cli::whole(1, 1e7));
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size")->check(cli::whole(0, 1e7));
+  app.add_option("-c,--check", options.check, "check results (0: don't)")->check(cli::whole(0, 1));
+  app.add_option("-d,--datatype", options.dtype, "float, double, half, bfloat16, int32, int64, uint8")
+      ->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int32", "int64", "uint8"}));
+  app.add_option("-o,--op", options.op, "sum, avg, min, max")
+      ->check(CLI::IsMember({"sum", "avg", "min", "max"}));
   app.add_option("--ranks", options.ranks,
-                 "run this many host ranks as threads (when not started by a launcher)");
-  app.add_option("--json", options.json, "write one record per size to this file");
+                 "run this many host ranks as threads (when not started by a launcher)")
+      ->check(cli::whole(1, 1024));
+  app.add_option("--json", options.json, "write one record per size to this file")
+      ->check(cli::writable_file());
   app.add_option("--transport", options.transport,
                  "host transport: shm, gloo or auto (default: COHORT_HOST_TRANSPORT, else auto)")
       ->check(CLI::IsMember({"shm", "gloo", "auto"}));

@@ -258,6 +258,11 @@ std::string World::describe() const {
 
 World init(WorldOptions options) {
   ignore_default_sigpipe();
+  // Logging cannot throw and falls back to warn with a warning; a world refuses the bad value.
+  if (const auto level = env::text(env::kLogLevel); level && !parse_log_level(*level)) {
+    COHORT_FAIL(InvalidArgument, std::string(env::kLogLevel) + "='" + *level +
+                                     "' is not a log level: set error, warn, info or debug");
+  }
   const LaunchInfo launch = options.launch ? *options.launch : LaunchInfo::from_environment();
   auto impl = std::make_unique<World::Impl>();
   impl->rank = launch.rank;
