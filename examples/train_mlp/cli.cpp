@@ -46,6 +46,15 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--log-every", options.log_every, "progress line every this many steps (0: none)")
       ->check(cli::whole(0, 1e9));
+  double bucket_mb = 0.0;
+  double first_bucket_mb = 0.0;
+  app.add_option("--bucket-mb", bucket_mb,
+                 "cap of the gradient buckets in MiB (default: from the measured link)")
+      ->check(cli::number_in(0.0, false, 4096.0, false));
+  app.add_option("--first-bucket-mb", first_bucket_mb,
+                 "cap of the first bucket in MiB (default: from the measured link, or 1 with "
+                 "--bucket-mb)")
+      ->check(cli::number_in(0.0, false, 4096.0, false));
   app.add_option("--json", json, "write the result to this file")->check(cli::writable_file());
   std::string params_out;
   app.add_option("--params-out", params_out,
@@ -64,6 +73,17 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   CLI11_PARSE(app, argc, argv);
+  if (bucket_mb > 0.0 || first_bucket_mb > 0.0) {
+    // Either flag fixes the caps; the other keeps its default.
+    auto bytes = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };
+    options.bucket_bytes = bucket_mb > 0.0 ? bytes(bucket_mb) : cohort::kDefaultBucketBytes;
+    options.first_bucket_bytes =
+        first_bucket_mb > 0.0 ? bytes(first_bucket_mb) : cohort::kDefaultFirstBucketBytes;
+    if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0) {
+      std::fprintf(stderr, "%s: --bucket-mb and --first-bucket-mb must be at least 1 byte\n", name);
+      return 2;
+    }
+  }
 
   try {
     TrainResult result;

@@ -4,6 +4,8 @@
 #include "shm_collectives.hpp"
 #include "watchdog.hpp"
 
+#include <algorithm>
+
 namespace cohort::detail {
 
 ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
@@ -30,6 +32,14 @@ void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }
 
 void ShmCommunicator::run(const Call& call, const Stream& stream,
                           const std::shared_ptr<WorkState>& work) {
+  // Note [Small host collectives inline]
+  constexpr std::size_t kInlineBytes = std::size_t{256} << 10;
+  if (std::max(call.input.bytes(), call.output.bytes()) <= kInlineBytes &&
+      try_run_inline(*worker_, stream, work, context(), [&] {
+        engine_->execute(call, work->deadline(), context());
+      })) {
+    return;
+  }
   run_on_worker(*worker_, stream, work, shared_context(),
                 [call, work, engine = engine_, context = shared_context()] {
                   engine->execute(call, work->deadline(), *context);
