@@ -3,6 +3,7 @@
 //
 //   cohortrun --nproc-per-node 8 build/default/benchmarks/allreduce_bench -b 8 -e 8G -f 2
 //   build/ci/benchmarks/allreduce_bench --ranks 4 -b 1K -e 32M        # 4 host ranks, threads
+//   cohortrun --nproc-per-node 4 allreduce_bench --transport gloo -b 1K -e 64M -f 4
 //
 // Every rank runs each size out of place, in place, and through the backend called directly
 // (ncclAllReduce or gloo::allreduce on the same communicator and buffers), one operation at a time
@@ -16,6 +17,9 @@
 // --issue-cost N first times the host cost of issuing one small all-reduce (the call alone, no
 // synchronization; medians of N) through cohort and raw, and counts the threads the system
 // created meanwhile (/proc/stat "processes"), to show whether a collective starts a thread.
+// The transport column is the communicator's backend (shm, gloo, hierarchical or nccl); the raw
+// column exists for gloo and nccl. On the host, the memcpy column is the median time of every
+// rank copying the same bytes at once: the memory-bandwidth ceiling an all-reduce cannot beat.
 
 #include "common/bench_common.hpp"
 
@@ -25,6 +29,7 @@
 #include <cohort/version.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 #include <gloo/allreduce.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
@@ -66,6 +71,7 @@ struct Options {
   std::string dtype = "float";
   std::string op = "sum";
   int ranks = 0;  // host ranks as threads when not launched by a launcher
+  std::string transport;  // host transport: shm, gloo or auto (unset: COHORT_HOST_TRANSPORT)
   std::string json;
   int issue_cost = 0;  // iterations of the host-cost measurement; 0: none
 };
@@ -85,18 +91,35 @@ long long clones_since_boot() {
   return -1;
 }
 
-std::size_t parse_size(const std::string& text) {
-  std::size_t end = 0;
-  const double value = std::stod(text, &end);
-  const std::string unit = text.substr(end);
+namespace cli = cohort::cli;
+
+/// Bytes in `text` (a number with an optional K, M, G or B), or nullopt when it is not a whole
+/// number of bytes from 1 to 64 GiB.
+std::optional<std::size_t> size_bytes(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(value)) return std::nullopt;
+  const std::string unit(end);
   double scale = 1.0;
   if (unit == "K" || unit == "k") scale = 1024.0;
   else if (unit == "M" || unit == "m") scale = 1024.0 * 1024.0;
   else if (unit == "G" || unit == "g") scale = 1024.0 * 1024.0 * 1024.0;
-  else if (!unit.empty() && unit != "B") {
-    COHORT_FAIL(cohort::InvalidArgument, "size '" + text + "': use a number with K, M or G");
-  }
-  return static_cast<std::size_t>(value * scale);
+  else if (!unit.empty() && unit != "B") return std::nullopt;
+  const double bytes = value * scale;
+  if (bytes < 1.0 || bytes > 64.0 * 1024 * 1024 * 1024 || bytes != std::floor(bytes)) return std::nullopt;
+  return static_cast<std::size_t>(bytes);
+}
+
+std::size_t parse_size(const std::string& text) { return size_bytes(text).value(); }
+
+CLI::Validator size_text() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        return size_bytes(text) ? std::string()
+                                : "'" + text + "' is not a size from 1 byte to 64G: use a whole "
+                                               "number of bytes, or a number with K, M or G";
+      },
+      "SIZE");
 }
 
 /// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend.
@@ -283,7 +306,7 @@ class RawBackend {
 struct Row {
   std::size_t bytes = 0;
   std::size_t count = 0;
-  double oop_us = 0, ip_us = 0, raw_us = 0;
+  double oop_us = 0, ip_us = 0, raw_us = 0, memcpy_us = 0;
   double ratio = 0;  // median over iterations of raw time / cohort in-place time (paired)
   std::size_t oop_wrong = 0, ip_wrong = 0;
 };
@@ -353,9 +376,14 @@ int run(cohort::World& world, const Options& options) {
   const std::size_t max_bytes = std::max(parse_size(options.max_bytes), min_bytes);
   const int n = world.size();
   const bool leader = world.rank() == 0;
+  // The backend called directly: NCCL, or Gloo on the Gloo transport (shared memory has no
+  // library of its own to call; its ceiling is the memcpy column).
   const bool raw_supported = comm.backend() == cohort::Backend::nccl ||
-                             (*dtype != cohort::DType::f16 && *dtype != cohort::DType::bf16 &&
+                             (comm.backend() == cohort::Backend::gloo &&
+                              *dtype != cohort::DType::f16 && *dtype != cohort::DType::bf16 &&
                               op != cohort::ReduceOp::avg);
+  const std::string transport(to_string(comm.backend()));
+  const bool host = world.device().is_host();
   RawBackend raw(comm, *dtype, op);
   if (options.issue_cost > 0) {
     RawBackend raw_f32(comm, cohort::DType::f32, cohort::ReduceOp::sum);
@@ -370,14 +398,15 @@ int run(cohort::World& world, const Options& options) {
                 "validation: %d; times are medians, averaged over ranks\n#\n",
                 min_bytes, max_bytes, options.step_factor, options.warmup, options.iters,
                 options.check);
-    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "", "", "",
-                "", "out-of-place", "", "", "", "in-place", "", "", "", "raw", "");
-    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
-                "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-                "busbw", "#wrong", "busbw", "ratio");
-    std::printf("# %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "(B)",
-                "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
-                "(GB/s)", "");
+    std::printf("# %9s %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s | %8s\n",
+                "", "", "", "", "", "out-of-place", "", "", "", "in-place", "", "", "", "raw", "",
+                "memcpy");
+    std::printf("# %9s %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s | %8s\n",
+                "transport", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
+                "time", "algbw", "busbw", "#wrong", "busbw", "ratio", "time");
+    std::printf("# %9s %10s %12s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s | %8s\n",
+                "", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "(GB/s)", "", "(GB/s)", "", "(us)");
   }
 
   const double bus_factor = n > 1 ? bench::bus_factor(bench::Collective::all_reduce, n) : 0.0;
@@ -411,22 +440,27 @@ int run(cohort::World& world, const Options& options) {
       work.wait();
     };
     auto raw_ip = [&] { raw.all_reduce(output.data(), row.count, stream); };
+    // The memory-bandwidth ceiling: every rank copies the same bytes at once (host only).
+    std::vector<std::byte> scratch(host ? row.bytes : 0);
+    auto copy = [&] { std::memcpy(scratch.data(), input.data(), scratch.size()); };
 
     for (int i = 0; i < options.warmup; ++i) {
       cohort_oop();
       cohort_ip();
       if (raw_supported) raw_ip();
     }
-    std::vector<double> oop, ip, direct;
+    std::vector<double> oop, ip, direct, copies;
     for (int i = 0; i < options.iters; ++i) {
       oop.push_back(timed(cohort_oop));
       ip.push_back(timed(cohort_ip));
       if (raw_supported) direct.push_back(timed(raw_ip));
+      if (host) copies.push_back(timed(copy));
     }
     const std::string key = "bench/" + std::to_string(sequence++);
     row.oop_us = mean_over_ranks(world, key + "/oop", median(oop));
     row.ip_us = mean_over_ranks(world, key + "/ip", median(ip));
     row.raw_us = raw_supported ? mean_over_ranks(world, key + "/raw", median(direct)) : 0.0;
+    row.memcpy_us = host ? mean_over_ranks(world, key + "/memcpy", median(copies)) : 0.0;
     if (raw_supported) {
       // Each in-place op and the raw op after it ran under the same load: compare them in pairs.
       std::vector<double> paired;
@@ -452,11 +486,13 @@ int run(cohort::World& world, const Options& options) {
       const double ip_busbw = algbw(row.bytes, row.ip_us) * bus_factor;
       char ratio[16] = "   n/a";
       if (raw_supported && raw_busbw > 0) std::snprintf(ratio, sizeof(ratio), "%6.3f", row.ratio);
-      std::printf("  %10zu %12zu %6s %6s | %9.1f %8.3f %8.3f %6zu | %9.1f %8.3f %8.3f %6zu | %8.3f %6s\n",
-                  row.bytes, row.count, options.dtype.c_str(), options.op.c_str(), row.oop_us,
-                  algbw(row.bytes, row.oop_us), algbw(row.bytes, row.oop_us) * bus_factor,
-                  row.oop_wrong, row.ip_us, algbw(row.bytes, row.ip_us), ip_busbw, row.ip_wrong,
-                  raw_busbw, ratio);
+      std::printf("  %9s %10zu %12zu %6s %6s | %9.1f %8.3f %8.3f %6zu | %9.1f %8.3f %8.3f %6zu | "
+                  "%8.3f %6s | %8.1f\n",
+                  transport.c_str(), row.bytes, row.count, options.dtype.c_str(),
+                  options.op.c_str(), row.oop_us, algbw(row.bytes, row.oop_us),
+                  algbw(row.bytes, row.oop_us) * bus_factor, row.oop_wrong, row.ip_us,
+                  algbw(row.bytes, row.ip_us), ip_busbw, row.ip_wrong, raw_busbw, ratio,
+                  row.memcpy_us);
       std::fflush(stdout);
     }
     rows.push_back(row);
@@ -480,6 +516,7 @@ int run(cohort::World& world, const Options& options) {
       nlohmann::json out;
       out["ranks"] = n;
       out["backend"] = std::string(to_string(comm.backend()));
+      out["transport"] = transport;
       out["device"] = world.device().to_string();
       out["dtype"] = options.dtype;
       out["op"] = options.op;
@@ -500,9 +537,10 @@ int run(cohort::World& world, const Options& options) {
         record["raw_time_us"] = row.raw_us;
         record["raw_busbw_gbps"] = raw_busbw;
         record["ratio"] = row.ratio;
+        record["memcpy_time_us"] = row.memcpy_us;
         out["records"].push_back(record);
       }
-      std::ofstream(options.json) << out.dump(2) << '\n';
+      cli::write_file("--json", options.json, out.dump(2) + "\n");
     }
   }
   return total_wrong == 0 ? 0 : 1;
@@ -513,33 +551,45 @@ int run(cohort::World& world, const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   CLI::App app{"all-reduce bus bandwidth through cohort, against the raw backend"};
-  app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)");
-  app.add_option("-e,--maxbytes", options.max_bytes, "largest size");
+  app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)")
+      ->check(size_text());
+  app.add_option("-e,--maxbytes", options.max_bytes, "largest size")->check(size_text());
   app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this each step")
-      ->check(CLI::PositiveNumber);
-  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size");
-  app.add_option("-c,--check", options.check, "check results (0: don't)");
-  app.add_option("-d,--datatype", options.dtype, "float, double, half, bfloat16, int32, int64, uint8");
-  app.add_option("-o,--op", options.op, "sum, avg, min, max");
+      ->check(cli::number_in(1.0, false, 1024.0, false));
+  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(cli::whole(1, 1e7));
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size")->check(cli::whole(0, 1e7));
+  app.add_option("-c,--check", options.check, "check results (0: don't)")->check(cli::whole(0, 1));
+  app.add_option("-d,--datatype", options.dtype, "float, double, half, bfloat16, int32, int64, uint8")
+      ->check(CLI::IsMember({"float", "double", "half", "bfloat16", "int32", "int64", "uint8"}));
+  app.add_option("-o,--op", options.op, "sum, avg, min, max")
+      ->check(CLI::IsMember({"sum", "avg", "min", "max"}));
   app.add_option("--ranks", options.ranks,
-                 "run this many host ranks as threads (when not started by a launcher)");
-  app.add_option("--json", options.json, "write one record per size to this file");
+                 "run this many host ranks as threads (when not started by a launcher)")
+      ->check(cli::whole(1, 1024));
+  app.add_option("--json", options.json, "write one record per size to this file")
+      ->check(cli::writable_file());
+  app.add_option("--transport", options.transport,
+                 "host transport: shm, gloo or auto (default: COHORT_HOST_TRANSPORT, else auto)")
+      ->check(CLI::IsMember({"shm", "gloo", "auto"}));
   app.add_option("--issue-cost", options.issue_cost,
-                 "first time the host cost of issuing a small all-reduce, this many times");
+                 "first time the host cost of issuing a small all-reduce, this many times")
+      ->check(cli::whole(0, 1e7));
   CLI11_PARSE(app, argc, argv);
 
   try {
     int status = 0;
+    cohort::WorldOptions world_options;
+    if (options.transport == "shm") world_options.host_transport = cohort::HostTransport::shm;
+    if (options.transport == "gloo") world_options.host_transport = cohort::HostTransport::gloo;
+    if (options.transport == "auto") world_options.host_transport = cohort::HostTransport::automatic;
     if (options.ranks > 0) {
-      cohort::WorldOptions world_options;
       world_options.backend = cohort::BackendChoice::gloo;
       cohort::run_local(options.ranks, [&](cohort::World& world) {
         const int rank_status = run(world, options);
         if (world.rank() == 0) status = rank_status;
       }, world_options);
     } else {
-      cohort::World world = cohort::init();
+      cohort::World world = cohort::init(world_options);
       status = run(world, options);
     }
     return status;

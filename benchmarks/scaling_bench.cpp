@@ -32,6 +32,7 @@
 #include <cohort/core/error.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -47,6 +48,7 @@
 namespace {
 
 using namespace scaling;
+namespace cli = cohort::cli;
 
 /// Prints a progress line every `kProgressPeriod` until stopped, so that a long run is never silent.
 class ProgressLines {
@@ -154,12 +156,14 @@ int run(cohort::World& world, const Setup& setup) {
   for (const int gpus : {8, 64}) projections.push_back(project(gpus, setup, rows.front(), registry));
   print_report(setup, rows, projections, world, buckets);
   const nlohmann::json report = report_json(setup, rows, projections, world);
-  if (!setup.options.json.empty()) std::ofstream(setup.options.json) << report.dump(2) << '\n';
+  if (!setup.options.json.empty()) {
+    cli::write_file("--json", setup.options.json, report.dump(2) + "\n");
+  }
   if (!setup.options.plot.empty()) {
     std::string json_path = setup.options.json;
     if (json_path.empty()) {
       json_path = setup.options.plot + ".json";
-      std::ofstream(json_path) << report.dump(2) << '\n';
+      cli::write_file("--plot", json_path, report.dump(2) + "\n");
     }
     write_plot(json_path, setup.options.plot);
     std::printf("# plot: %s\n", setup.options.plot.c_str());
@@ -176,35 +180,46 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mlp", "resnet50", "bert-large", "gpt2-124m"}));
   app.add_option("--ranks", options.ranks,
                  "host ranks as threads (when not started by a launcher); default every GPU, or 4 "
-                 "host ranks without one");
-  app.add_option("--batch-per-rank", options.batch_per_rank, "samples per rank and step (0: the workload's)");
-  app.add_option("--steps", options.steps, "timed steps per rank count")->check(CLI::PositiveNumber);
+                 "host ranks without one")
+      ->check(cli::whole(1, 1024));
+  app.add_option("--batch-per-rank", options.batch_per_rank, "samples per rank and step (0: the workload's)")
+      ->check(cli::whole(0, 1 << 20));
+  app.add_option("--steps", options.steps, "timed steps per rank count")->check(cli::whole(1, 1e6));
   app.add_option("--warmup", options.warmup, "untimed steps per rank count (default 3 on GPUs, 1 on host ranks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::whole(0, 1e6));
   app.add_option("--compute", options.compute, "auto (real on GPUs, simulated on host ranks), real, simulated")
       ->check(CLI::IsMember({"auto", "real", "simulated"}));
   app.add_option("--sim-tflops", options.sim_tflops,
                  "the rate simulated compute models (default: the rate at which a step computes for "
                  "--target-step-ms)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive(1e6));
   app.add_option("--target-step-ms", options.target_step_ms,
                  "simulated compute: forward and backward of one step take this long")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive(1e7));
   app.add_option("--budget-s", options.budget_s,
                  "host ranks: fewer timed steps (3 at least) when --steps would take longer than "
                  "this, measured at each rank count's warm-up; 0: always --steps")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--bucket-mb", options.bucket_mb, "bucket cap (MiB); default 25, or 4 for mlp");
-  app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)");
-  app.add_option("--hidden", options.hidden, "mlp: hidden width");
-  app.add_option("--layers", options.layers, "mlp: linear layers");
-  app.add_option("--link-gbps", options.link_gbps, "projection: all-reduce busbw in a node (GB/s)");
-  app.add_option("--link-latency-us", options.link_latency_us, "projection: latency per ring step in a node");
-  app.add_option("--node-gbps", options.node_gbps, "projection: all-reduce busbw across nodes (GB/s)");
-  app.add_option("--node-latency-us", options.node_latency_us, "projection: latency per ring step across nodes");
-  app.add_option("--gpus-per-node", options.gpus_per_node, "projection: GPUs per node");
-  app.add_option("--json", options.json, "write the report to this file");
-  app.add_option("--plot", options.plot, "draw efficiency and throughput against ranks (PNG)");
+      ->check(cli::number(0, 1e7));
+  app.add_option("--bucket-mb", options.bucket_mb, "bucket cap (MiB); default 25, or 4 for mlp")
+      ->check(cli::positive(1 << 20));
+  app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)")
+      ->check(cli::positive(1 << 20));
+  app.add_option("--hidden", options.hidden, "mlp: hidden width")->check(cli::whole(1, 1 << 20));
+  app.add_option("--layers", options.layers, "mlp: linear layers")->check(cli::whole(1, 1000));
+  app.add_option("--link-gbps", options.link_gbps, "projection: all-reduce busbw in a node (GB/s)")
+      ->check(cli::positive(1e6));
+  app.add_option("--link-latency-us", options.link_latency_us, "projection: latency per ring step in a node")
+      ->check(cli::number(0, 1e9));
+  app.add_option("--node-gbps", options.node_gbps, "projection: all-reduce busbw across nodes (GB/s)")
+      ->check(cli::positive(1e6));
+  app.add_option("--node-latency-us", options.node_latency_us, "projection: latency per ring step across nodes")
+      ->check(cli::number(0, 1e9));
+  app.add_option("--gpus-per-node", options.gpus_per_node, "projection: GPUs per node")
+      ->check(cli::whole(1, 1024));
+  app.add_option("--json", options.json, "write the report to this file")
+      ->check(cli::writable_file());
+  app.add_option("--plot", options.plot, "draw efficiency and throughput against ranks (PNG)")
+      ->check(cli::writable_file());
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -186,9 +186,9 @@ cohort::World sub_world(cohort::World& parent, int k, const std::string& scope) 
   launch.world_size = k;
   launch.local_rank = parent.local_rank();
   const int node_first = parent.rank() - parent.local_rank();
-  launch.local_world_size = std::min(parent.local_size(), k - node_first);
+  launch.local_world_size = std::min(parent.local_world_size(), k - node_first);
   launch.node_rank = parent.node_rank();
-  launch.num_nodes = (k + parent.local_size() - 1) / parent.local_size();
+  launch.num_nodes = (k + parent.local_world_size() - 1) / parent.local_world_size();
   launch.run_id = scope;
   launch.store_is_external = true;
   cohort::WorldOptions options;
@@ -196,7 +196,7 @@ cohort::World sub_world(cohort::World& parent, int k, const std::string& scope) 
                                                               : cohort::BackendChoice::gloo;
   options.timeout = parent.timeout();
   options.launch = launch;
-  options.ranks_per_node = parent.local_size();
+  options.ranks_per_node = parent.local_world_size();
   options.store = std::make_shared<cohort::PrefixStore>(
       scope, std::shared_ptr<cohort::Store>(parent.store().clone()));
   return cohort::init(options);

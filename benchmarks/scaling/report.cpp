@@ -7,6 +7,11 @@
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/version.hpp>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,14 +28,36 @@ constexpr const char* kPlotScript =
     ;
 
 /// A Python that has matplotlib: $COHORT_PYTHON, python3 on the PATH, or the system's.
+/// Runs `args` as a program with those arguments, through no shell (a path may hold quotes);
+/// its output is dropped when `quiet`. Returns its exit status, or -1 when it could not start.
+int run_program(const std::vector<std::string>& args, bool quiet) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int started = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (started != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 std::string find_python() {
   std::vector<std::string> candidates;
   if (auto chosen = cohort::env::text(cohort::env::kPython)) candidates.push_back(*chosen);
   candidates.emplace_back("python3");
   candidates.emplace_back("/usr/bin/python3");
   for (const std::string& candidate : candidates) {
-    const std::string probe = candidate + " -c 'import matplotlib' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return candidate;
+    if (run_program({candidate, "-c", "import matplotlib"}, /*quiet=*/true) == 0) return candidate;
   }
   COHORT_FAIL(cohort::Error, "--plot needs python3 with matplotlib (Debian: python3-matplotlib; or "
                              "set COHORT_PYTHON); the --json report can be plotted later with "
@@ -258,11 +285,8 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
 }
 
 void write_plot(const std::string& json_path, const std::string& png_path) {
-  const std::string command = find_python() + " - '" + json_path + "' '" + png_path + "'";
-  std::FILE* pipe = popen(command.c_str(), "w");
-  COHORT_CHECK(pipe != nullptr, cohort::Error, "could not start python3 for --plot");
-  std::fputs(kPlotScript, pipe);
-  const int status = pclose(pipe);
+  // An argument vector, never a shell command: the paths are the user's and may hold quotes.
+  const int status = run_program({find_python(), "-c", kPlotScript, json_path, png_path}, false);
   COHORT_CHECK(status == 0, cohort::Error,
                "python3 (with matplotlib) failed to draw " + png_path +
                    "; install python3-matplotlib, or plot the --json file with tools/plot_scaling.py");

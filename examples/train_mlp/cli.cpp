@@ -7,12 +7,14 @@
 #include <cohort/comm/world.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 
 namespace train_mlp {
+
+namespace cli = cohort::cli;
 
 int run_cli(int argc, char** argv, Model model) {
   TrainOptions options = model == Model::cnn ? cnn_defaults() : TrainOptions{};
@@ -23,40 +25,65 @@ int run_cli(int argc, char** argv, Model model) {
   CLI::App app{model == Model::cnn ? "ResNet-style CNN trained data-parallel with cohort"
                                     : "MLP classifier trained data-parallel with cohort",
                name};
-  app.add_option("--steps", options.steps, "training steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", options.steps, "training steps")->check(cli::whole(1, 1e9));
   app.add_option("--global-batch", options.global_batch, "samples per step over all ranks")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::whole(1, 1 << 24));
   app.add_option("--seed", options.seed, "seed of the data set and the initial weights");
   if (model == Model::mlp) {
-    app.add_option("--hidden", options.hidden, "width of the hidden layers")->check(CLI::PositiveNumber);
-    app.add_option("--layers", options.layers, "linear layers")->check(CLI::PositiveNumber);
+    app.add_option("--hidden", options.hidden, "width of the hidden layers")
+        ->check(cli::whole(1, 1 << 24));
+    app.add_option("--layers", options.layers, "linear layers")->check(cli::whole(1, 1000));
   } else {
     app.add_option("--width", options.width, "channels of the first convolutions")
-        ->check(CLI::PositiveNumber);
+        ->check(cli::whole(1, 1 << 16));
   }
   app.add_option("--optimizer", options.optimizer, "sgd (momentum 0.9) or adamw")
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  app.add_option("--lr", options.lr, "learning rate (default 0.05 for sgd, 0.002 for adamw)");
+  app.add_option("--lr", options.lr, "learning rate (default 0.05 for sgd, 0.002 for adamw)")
+      ->check(cli::positive(1e3));
   app.add_flag("--zero1", options.zero1, "ZeRO-1: reduce-scatter gradients, shard optimizer state");
   app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--log-every", options.log_every, "progress line every this many steps");
-  app.add_option("--json", json, "write the result to this file");
+  app.add_option("--log-every", options.log_every, "progress line every this many steps (0: none)")
+      ->check(cli::whole(0, 1e9));
+  double bucket_mb = 0.0;
+  double first_bucket_mb = 0.0;
+  app.add_option("--bucket-mb", bucket_mb,
+                 "cap of the gradient buckets in MiB (default: from the measured link)")
+      ->check(cli::number_in(0.0, false, 4096.0, false));
+  app.add_option("--first-bucket-mb", first_bucket_mb,
+                 "cap of the first bucket in MiB (default: from the measured link, or 1 with "
+                 "--bucket-mb)")
+      ->check(cli::number_in(0.0, false, 4096.0, false));
+  app.add_option("--json", json, "write the result to this file")->check(cli::writable_file());
   std::string params_out;
   app.add_option("--params-out", params_out,
-                 "write every final parameter (f32, registration order) to this file, raw");
+                 "write every final parameter (f32, registration order) to this file, raw")
+      ->check(cli::writable_file());
   app.add_option("--checkpoint-dir", options.checkpoint_dir,
                  "save checkpoints here and resume from the latest one; SIGTERM or SIGUSR1 then "
                  "saves at the next step and exits with status 75");
   app.add_option("--checkpoint-every", options.checkpoint_every,
                  "save a checkpoint (in the background) every this many steps (0: only on "
                  "preemption and at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::whole(0, 1e9));
   app.add_option("--keep-checkpoints", options.keep_checkpoints, "checkpoints to keep")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)");
+      ->check(cli::whole(1, 1e6));
+  app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)")
+      ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   CLI11_PARSE(app, argc, argv);
+  if (bucket_mb > 0.0 || first_bucket_mb > 0.0) {
+    // Either flag fixes the caps; the other keeps its default.
+    auto bytes = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };
+    options.bucket_bytes = bucket_mb > 0.0 ? bytes(bucket_mb) : cohort::kDefaultBucketBytes;
+    options.first_bucket_bytes =
+        first_bucket_mb > 0.0 ? bytes(first_bucket_mb) : cohort::kDefaultFirstBucketBytes;
+    if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0) {
+      std::fprintf(stderr, "%s: --bucket-mb and --first-bucket-mb must be at least 1 byte\n", name);
+      return 2;
+    }
+  }
 
   try {
     TrainResult result;
@@ -75,13 +102,12 @@ int run_cli(int argc, char** argv, Model model) {
     }
     if (result.preempted) return cohort::kPreemptedExitStatus;
     if (!json.empty()) {
-      std::ofstream(json) << to_json(result, options).dump(2) << '\n';
+      cli::write_file("--json", json, to_json(result, options).dump(2) + "\n");
     }
     if (!params_out.empty()) {
-      std::ofstream out(params_out, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(result.params.data()),
-                static_cast<std::streamsize>(result.params.size() * sizeof(float)));
-      if (!out) throw std::runtime_error("cannot write " + params_out);
+      cli::write_file("--params-out", params_out,
+                      std::string_view(reinterpret_cast<const char*>(result.params.data()),
+                                       result.params.size() * sizeof(float)));
     }
     return 0;
   } catch (const std::exception& error) {

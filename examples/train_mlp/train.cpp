@@ -143,6 +143,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   result.backend = std::string(cohort::to_string(world.backend()));
   result.device = world.device().to_string();
   result.parameters = model.parameter_count();
+  result.buckets = dp.bucket_sizing();
   if (log != nullptr) {
     std::fprintf(log,
                  "%s: %d ranks (%s, %s), %zu parameters (%s, %s), global "
@@ -151,6 +152,8 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  result.parameters, description.c_str(), options.precision.c_str(), options.global_batch,
                  local_batch, options.optimizer.c_str(), options.zero1 ? " ZeRO-1" : "",
                  options.steps);
+    std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
+                 result.buckets.describe().c_str());
     std::fflush(log);
   }
 
@@ -353,6 +356,12 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["samples_per_second"] = result.samples_per_second;
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
+  out["buckets"] = {{"automatic", result.buckets.automatic},
+                    {"alpha_us", result.buckets.link.alpha_us},
+                    {"bytes_per_us", result.buckets.link.bytes_per_us},
+                    {"first_bytes", result.buckets.first_bytes},
+                    {"middle_bytes", result.buckets.middle_bytes},
+                    {"last_bytes", result.buckets.last_bytes}};
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
                     {"hidden", options.hidden},             {"layers", options.layers},

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cohort/ddp/bucket_plan.hpp>
+#include <cohort/ddp/bucket_sizing.hpp>
+
 // The training loop of examples/train_mlp and examples/train_cnn, as a function of the world, so
 // that the examples' mains and the tests run the same code.
 
@@ -33,8 +36,10 @@ struct TrainOptions {
   int log_every = 50;        ///< progress line every this many steps (0: none)
   int train_samples = 32768;
   int test_samples = 8192;
-  std::size_t bucket_bytes = std::size_t{128} << 10;  ///< small buckets: the model is small
-  std::size_t first_bucket_bytes = std::size_t{32} << 10;
+  /// Bucket caps: kAutoBucketBytes (0, the default) takes all three from the measured link
+  /// (Note [Automatic bucket sizes]); otherwise the middle and first caps as given.
+  std::size_t bucket_bytes = cohort::kAutoBucketBytes;
+  std::size_t first_bucket_bytes = cohort::kDefaultFirstBucketBytes;
   /// Checkpoints: where (empty: none), every how many steps (0: only on preemption and at the
   /// end), how many to keep. With a folder, the run resumes from its `latest` checkpoint and
   /// SIGTERM/SIGUSR1 make every rank save and stop at the next step.
@@ -64,6 +69,7 @@ struct TrainResult {
   double samples_per_second = 0.0;
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
+  cohort::BucketSizing buckets;  ///< the caps the gradients were bucketed with, and why
   std::vector<float> params;  ///< every parameter in f32, registration order
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint

@@ -132,3 +132,20 @@ run_fuzzers() {
     fi
   done
 }
+
+# Prints the python of a virtual environment with PyTorch under the given build folder
+# (<build>/torch-venv), creating it and installing torch with pip the first time. Returns 1,
+# saying why on stderr, when torch cannot be installed (no network, no wheel for this machine).
+ensure_torch_venv() {
+  local venv="$1/torch-venv"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    echo "$venv/bin/python"
+    return 0
+  fi
+  ensure_packages python3-venv >&2
+  if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/pip" install -q torch numpy >&2; then
+    echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
+    return 1
+  fi
+  echo "$venv/bin/python"
+}

@@ -27,8 +27,8 @@ std::int64_t unix_millis() {
 }  // namespace
 
 std::string CommContext::describe() const {
-  return "communicator '" + name + "' (rank " + std::to_string(rank) + " of " +
-         std::to_string(size) + ", global rank " + std::to_string(global_rank(rank)) + ")";
+  return "communicator '" + name + "' (rank " + std::to_string(rank()) + " of " +
+         std::to_string(size()) + ", global rank " + std::to_string(global_rank(rank())) + ")";
 }
 
 std::string versions_line(const CommContext& context) {
@@ -106,7 +106,7 @@ void publish_progress(CommContext& context) noexcept {
   try {
     const auto watchdog = context.watchdog.lock();
     const std::int64_t answered = watchdog ? watchdog->answered_request() : 0;
-    context.monitor_store->set("progress/" + std::to_string(context.rank),
+    context.monitor_store->set("progress/" + std::to_string(context.rank()),
                                std::to_string(context.issued.load()) + " " +
                                    std::to_string(context.recorder->last_finished()) + " " +
                                    std::to_string(unix_millis()) + " " +
@@ -124,7 +124,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
     std::int64_t at = 0;
     std::int64_t answered = 0;
   };
-  std::vector<Progress> progress(static_cast<std::size_t>(context.size));
+  std::vector<Progress> progress(static_cast<std::size_t>(context.size()));
   try {
     // Ask for fresh progress and give every watchdog a moment to answer.
     const auto watchdog = context.watchdog.lock();
@@ -133,11 +133,11 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
     const auto give_up = Clock::now() + kAnswerWait;
     while (true) {
       bool all_answered = true;
-      for (int member = 0; member < context.size; ++member) {
+      for (int member = 0; member < context.size(); ++member) {
         Progress& p = progress[static_cast<std::size_t>(member)];
         const std::string key = "progress/" + std::to_string(member);
-        if (member == context.rank || !context.monitor_store->check({key})) {
-          all_answered = all_answered && member == context.rank;
+        if (member == context.rank() || !context.monitor_store->check({key})) {
+          all_answered = all_answered && member == context.rank();
           continue;
         }
         std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
@@ -163,8 +163,8 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
   }
   std::string not_arrived;
   std::string silent;
-  for (int member = 0; member < context.size; ++member) {
-    if (member == context.rank) {
+  for (int member = 0; member < context.size(); ++member) {
+    if (member == context.rank()) {
       continue;
     }
     const Progress& p = progress[static_cast<std::size_t>(member)];
@@ -198,22 +198,16 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
 
 SplitPlan plan_split(CommContext& context, int color, int key) {
   const std::uint64_t index = ++context.splits;
-  const std::string prefix = "split" + std::to_string(index) + "/";
-  context.store->set(prefix + std::to_string(context.rank),
-                     std::to_string(color) + " " + std::to_string(key));
-  std::vector<std::string> keys;
-  for (int member = 0; member < context.size; ++member) {
-    keys.push_back(prefix + std::to_string(member));
-  }
-  context.store->wait(keys, context.timeout);
+  const std::vector<std::string> published =
+      context.group.all_gather("split", std::to_string(color) + " " + std::to_string(key));
   struct Entry {
     int color;
     int key;
     int rank;
   };
   std::vector<Entry> entries;
-  for (int member = 0; member < context.size; ++member) {
-    std::istringstream fields(context.store->get(keys[static_cast<std::size_t>(member)]));
+  for (int member = 0; member < context.size(); ++member) {
+    std::istringstream fields(published[static_cast<std::size_t>(member)]);
     Entry entry{0, 0, member};
     fields >> entry.color >> entry.key;
     entries.push_back(entry);
@@ -233,7 +227,7 @@ SplitPlan plan_split(CommContext& context, int color, int key) {
   });
   plan.member = true;
   for (std::size_t i = 0; i < group.size(); ++i) {
-    if (group[i].rank == context.rank) {
+    if (group[i].rank == context.rank()) {
       plan.rank = static_cast<int>(i);
     }
     plan.parent_ranks.push_back(group[i].rank);
@@ -245,16 +239,19 @@ SplitPlan plan_split(CommContext& context, int color, int key) {
 
 std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
                                                 std::string name) {
-  auto child = std::make_shared<CommContext>();
-  child->rank = plan.rank;
-  child->size = static_cast<int>(plan.parent_ranks.size());
+  // Scope both handles to the child's id under the world's scope (the parent's base).
+  auto rescope = [&](const std::shared_ptr<Store>& scoped) -> std::shared_ptr<Store> {
+    auto* prefix = dynamic_cast<PrefixStore*>(scoped.get());
+    return std::make_shared<PrefixStore>(plan.id, prefix != nullptr ? prefix->base() : scoped);
+  };
+  auto child = std::make_shared<CommContext>(
+      StoreGroup(rescope(parent.store()), plan.rank, static_cast<int>(plan.parent_ranks.size()),
+                 parent.timeout(), plan.global_ranks, "communicator '" + name + "'"));
   child->device = parent.device;
   child->backend = parent.backend;
   child->backend_version = parent.backend_version;
   child->name = std::move(name);
   child->id = plan.id;
-  child->global_ranks = plan.global_ranks;
-  child->timeout = parent.timeout;
   child->debug_collectives = parent.debug_collectives;
   child->watchdog = parent.watchdog;
   child->host_transport = parent.host_transport;
@@ -264,39 +261,8 @@ std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const
       child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);
     }
   }
-  // Scope both handles to the child's id under the world's scope (the parent's base).
-  auto rescope = [&](const std::shared_ptr<Store>& scoped) -> std::shared_ptr<Store> {
-    auto* prefix = dynamic_cast<PrefixStore*>(scoped.get());
-    return std::make_shared<PrefixStore>(plan.id, prefix != nullptr ? prefix->base() : scoped);
-  };
-  child->store = rescope(parent.store);
   child->monitor_store = rescope(parent.monitor_store);
   return child;
-}
-
-void wait_for_members(CommContext& context, const std::string& what) {
-  const std::string prefix = what + "/joined/";
-  context.store->set(prefix + std::to_string(context.rank), "1");
-  std::vector<std::string> keys;
-  for (int member = 0; member < context.size; ++member) {
-    keys.push_back(prefix + std::to_string(member));
-  }
-  try {
-    context.store->wait(keys, context.timeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int member = 0; member < context.size; ++member) {
-      if (!context.store->check({keys[static_cast<std::size_t>(member)]})) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(context.global_rank(member));
-      }
-    }
-    COHORT_FAIL(TimeoutError,
-                "rank " + std::to_string(context.global_rank(context.rank)) + ": creating " +
-                    context.describe() + " timed out after " +
-                    std::to_string(context.timeout.count()) + " ms: ranks " + missing +
-                    " never joined. Check that they started, reached the same point, and use "
-                    "the same store (MASTER_ADDR, MASTER_PORT, COHORT_STORE).");
-  }
 }
 
 }  // namespace cohort::detail

@@ -9,6 +9,7 @@
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/store.hpp>
+#include <cohort/launch/store_group.hpp>
 
 #include <atomic>
 #include <functional>
@@ -23,16 +24,22 @@ class Watchdog;
 
 class CommContext {
  public:
-  int rank = 0;
-  int size = 1;
+  /// The members, their store scope (keys under this communicator's id) and the deadline are
+  /// `group`'s; every store exchange between the members goes through it.
+  explicit CommContext(StoreGroup members) : group(std::move(members)) {}
+
+  StoreGroup group;
+  int rank() const noexcept { return group.rank(); }
+  int size() const noexcept { return group.size(); }
+  std::chrono::milliseconds timeout() const noexcept { return group.timeout(); }
+  /// Scoped to this communicator; the issuing thread's.
+  const std::shared_ptr<Store>& store() const noexcept { return group.shared_store(); }
+
   Device device = Device::host();
   Backend backend = Backend::gloo;
   std::string name;              // "global", "local", ...
   std::string id;                // unique within the world, the same on every member: store scope
-  std::vector<int> global_ranks;  // member i is global rank global_ranks[i]
-  std::shared_ptr<Store> store;          // scoped to this communicator; the issuing thread's
   std::shared_ptr<Store> monitor_store;  // the same scope on the watchdog's own connection
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   bool debug_collectives = false;
   std::shared_ptr<FlightRecorder> recorder = std::make_shared<FlightRecorder>();
   std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
@@ -47,11 +54,7 @@ class CommContext {
   std::uint64_t splits = 0;
 
   /// The global rank of member `member`, for messages.
-  int global_rank(int member) const {
-    return member >= 0 && static_cast<std::size_t>(member) < global_ranks.size()
-               ? global_ranks[static_cast<std::size_t>(member)]
-               : member;
-  }
+  int global_rank(int member) const noexcept { return group.global_rank(member); }
 
   /// "communicator 'local' (rank 1 of 4, global rank 5)"; the versions are `versions_line`.
   std::string describe() const;
@@ -99,10 +102,6 @@ SplitPlan plan_split(CommContext& context, int color, int key);
 /// backend, deadline, watchdog) from `parent`, store handles scoped to the plan's id.
 std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
                                                 std::string name);
-
-/// Waits until every member has joined `context`'s store scope under `what` ("gloo", "nccl");
-/// a TimeoutError names the members that never did.
-void wait_for_members(CommContext& context, const std::string& what);
 
 /// Publishes this rank's progress on `context` (issued and finished sequence, wall time).
 void publish_progress(CommContext& context) noexcept;

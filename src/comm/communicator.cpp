@@ -3,6 +3,7 @@
 #include "work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 
 #include <algorithm>
@@ -19,8 +20,8 @@ Communicator::Communicator(std::shared_ptr<detail::CommContext> context)
 
 Communicator::~Communicator() = default;
 
-int Communicator::rank() const noexcept { return context_->rank; }
-int Communicator::size() const noexcept { return context_->size; }
+int Communicator::rank() const noexcept { return context_->rank(); }
+int Communicator::size() const noexcept { return context_->size(); }
 Device Communicator::device() const noexcept { return context_->device; }
 Backend Communicator::backend() const noexcept { return context_->backend; }
 const std::string& Communicator::name() const noexcept { return context_->name; }
@@ -62,40 +63,22 @@ std::string signature(const CollectiveRecord& record) {
 }
 
 // Note [Debug collectives]
-// With COHORT_DEBUG_COLLECTIVES=1 each rank publishes the signature of every collective it issues
-// (op, count, dtype, reduce op, root) and compares it with every other rank's before running it.
-// Keys of sequence n - 2 are deleted at sequence n: by then every rank has read them.
+// With COHORT_DEBUG_COLLECTIVES=1 each rank checks, through the communicator's StoreGroup, that
+// every member issues the same collective (op, count, dtype, reduce op, root) before running it.
+// One key serves every call: StoreGroup numbers its rounds and keeps at most two in the store.
 void check_same_call_everywhere(detail::CommContext& context, const CollectiveRecord& record) {
-  const std::string prefix = "debug/" + std::to_string(record.sequence) + "/";
   const std::string mine = signature(record);
-  context.store->set(prefix + std::to_string(context.rank), mine);
-  std::vector<std::string> keys;
-  for (int member = 0; member < context.size; ++member) {
-    keys.push_back(prefix + std::to_string(member));
-  }
+  const std::string where = std::string(env::kDebugCollectives) + ": collective #" +
+                            std::to_string(record.sequence) + " (" + mine + ") on " +
+                            context.describe() + ": ";
   try {
-    context.store->wait(keys, context.timeout);
+    context.group.check_same("collective", mine);
   } catch (const TimeoutError& error) {
-    COHORT_FAIL(TimeoutError, "COHORT_DEBUG_COLLECTIVES: rank " +
-                                  std::to_string(context.global_rank(context.rank)) +
-                                  " issued collective #" + std::to_string(record.sequence) +
-                                  " (" + mine + ") but not every rank did: " + error.what());
-  }
-  for (int member = 0; member < context.size; ++member) {
-    const std::string theirs = context.store->get(keys[static_cast<std::size_t>(member)]);
-    if (theirs != mine) {
-      COHORT_FAIL(InvalidArgument,
-                  "COHORT_DEBUG_COLLECTIVES: collective #" + std::to_string(record.sequence) +
-                      " on " + context.describe() + " differs between ranks: rank " +
-                      std::to_string(context.global_rank(member)) + " called " + theirs +
-                      " but rank " + std::to_string(context.global_rank(context.rank)) +
-                      " called " + mine +
-                      ". Every rank must issue the same collectives in the same order.");
-    }
-  }
-  if (record.sequence > 2) {
-    context.store->remove("debug/" + std::to_string(record.sequence - 2) + "/" +
-                          std::to_string(context.rank));
+    COHORT_FAIL(TimeoutError, where + error.what());
+  } catch (const InvalidArgument& error) {
+    COHORT_FAIL(InvalidArgument,
+                where + error.what() +
+                    ". Every rank must issue the same collectives in the same order.");
   }
 }
 
@@ -122,7 +105,7 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
                    "Capture forward and backward alone, end the capture, and call "
                    "sync_grads() and the optimizer's step() outside it.");
 
-  const auto size = static_cast<std::size_t>(context.size);
+  const auto size = static_cast<std::size_t>(context.size());
   switch (call.op) {
     case CollectiveOp::all_reduce:
       check_view(call.input, context, "all_reduce input");
@@ -150,7 +133,7 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
       break;
     case CollectiveOp::broadcast:
       check_view(call.output, context, "broadcast data");
-      COHORT_EXPECTS(call.root >= 0 && call.root < context.size,
+      COHORT_EXPECTS(call.root >= 0 && call.root < context.size(),
                      "broadcast root " + std::to_string(call.root) + " is not a rank of " +
                          context.describe());
       break;
@@ -174,7 +157,7 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
   const auto now = detail::WorkState::Clock::now();
   context.issued.store(record.sequence);
   context.recorder->issued(record, now);
-  auto work = std::make_shared<detail::WorkState>(record, now + context.timeout, context.recorder);
+  auto work = std::make_shared<detail::WorkState>(record, now + context.timeout(), context.recorder);
   // Tracked before the backend sees it: a collective stuck inside the backend's enqueue is then
   // failed by the watchdog at its deadline like any other (Note [NCCL communicators]).
   context.track(work);

@@ -109,7 +109,7 @@ bool overlaps(const TensorView& a, const TensorView& b) {
 /// Runs one collective on the calling thread. After an abort it touches no user buffer.
 void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
              const CommContext& ctx) {
-  const auto timeout = ctx.timeout + kGlooGrace;
+  const auto timeout = ctx.timeout() + kGlooGrace;
   auto check_not_aborted = [&] {
     COHORT_CHECK(!ctx.aborted(), Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
   };
@@ -132,7 +132,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (input != output) {
           std::memcpy(output, input, call.output.bytes());
         }
-        if (ctx.size > 1) {
+        if (ctx.size() > 1) {
           gloo::AllreduceOptions options(gloo);
           options.setOutput(output, count);
           options.setReduceFunction(reduce_function<T>(call.reduce));
@@ -141,7 +141,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           check_not_aborted();
         }
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size);
+          divide(output, count, ctx.size());
         }
         return;
       }
@@ -153,7 +153,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           return;
         }
         std::vector<T> scratch(input, input + call.input.count());
-        if (ctx.size > 1) {
+        if (ctx.size() > 1) {
           gloo::AllreduceOptions options(gloo);
           options.setOutput(scratch.data(), scratch.size());
           options.setReduceFunction(reduce_function<T>(call.reduce));
@@ -161,10 +161,10 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           gloo::allreduce(options);
           check_not_aborted();
         }
-        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank) * count,
+        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank()) * count,
                     count * sizeof(T));
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size);
+          divide(output, count, ctx.size());
         }
         return;
       }
@@ -178,20 +178,20 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           staged.assign(input, input + count);
           input = staged.data();
         }
-        if (ctx.size == 1) {
+        if (ctx.size() == 1) {
           std::memcpy(output, input, count * sizeof(T));
           return;
         }
         gloo::AllgatherOptions options(gloo);
         options.setInput(input, count);
-        options.setOutput(output, count * static_cast<std::size_t>(ctx.size));
+        options.setOutput(output, count * static_cast<std::size_t>(ctx.size()));
         options.setTimeout(timeout);
         gloo::allgather(options);
         return;
       }
       case CollectiveOp::broadcast: {
         const std::size_t count = call.output.count();
-        if (count == 0 || ctx.size == 1) {
+        if (count == 0 || ctx.size() == 1) {
           return;
         }
         gloo::BroadcastOptions options(gloo);
@@ -240,12 +240,12 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
   ctx.backend_version = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
                         std::to_string(GLOO_VERSION_MINOR) + "." +
                         std::to_string(GLOO_VERSION_PATCH);
-  wait_for_members(ctx, "gloo");
+  ctx.group.barrier("gloo/joined");
   // Watched from the start, so that a failure elsewhere ends the connect (its pairs are closed).
   if (auto watchdog = ctx.watchdog.lock()) {
     watchdog->add(shared_context());
   }
-  gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout + kGlooGrace);
+  gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout() + kGlooGrace);
   worker_ = HostWorker::start();
   ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
   publish_progress(ctx);

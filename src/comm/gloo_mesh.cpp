@@ -47,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 class Connecting {
  public:
   explicit Connecting(CommContext& context)
-      : context_(context), deadline_(Clock::now() + context.timeout) {}
+      : context_(context), deadline_(Clock::now() + context.timeout()) {}
 
   std::chrono::milliseconds remaining() const {
     return std::max(std::chrono::milliseconds(1),
@@ -61,7 +61,7 @@ class Connecting {
                      waiting_for + ": " + context_.abort_reason());
     COHORT_CHECK(Clock::now() < deadline_, TimeoutError,
                  who() + ": connecting " + context_.describe() + " timed out after " +
-                     std::to_string(context_.timeout.count()) + " ms waiting for " + waiting_for +
+                     std::to_string(context_.timeout().count()) + " ms waiting for " + waiting_for +
                      ". Check that every member reached the same point and can reach this host.");
   }
 
@@ -71,13 +71,13 @@ class Connecting {
             const std::string& what) const {
     while (true) {
       try {
-        context_.store->wait(keys, std::min(remaining(), std::chrono::milliseconds(kPollInterval)));
+        context_.store()->wait(keys, std::min(remaining(), std::chrono::milliseconds(kPollInterval)));
         return;
       } catch (const TimeoutError&) {
         std::string missing;
         int count = 0;
         for (std::size_t i = 0; i < keys.size(); ++i) {
-          if (!context_.store->check({keys[i]})) {
+          if (!context_.store()->check({keys[i]})) {
             missing += (missing.empty() ? "" : ", ") + std::to_string(members[i]);
             ++count;
           }
@@ -87,7 +87,7 @@ class Connecting {
     }
   }
 
-  std::string who() const { return "rank " + std::to_string(context_.global_rank(context_.rank)); }
+  std::string who() const { return "rank " + std::to_string(context_.global_rank(context_.rank())); }
 
  private:
   CommContext& context_;
@@ -100,12 +100,12 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
                                                  const std::shared_ptr<gloo::transport::Device>& device,
                                                  std::chrono::milliseconds operation_timeout) {
   const Connecting connecting(context);
-  auto mesh = std::make_shared<MeshContext>(context.rank, context.size);
+  auto mesh = std::make_shared<MeshContext>(context.rank(), context.size());
   mesh->setTimeout(operation_timeout);
   std::shared_ptr<gloo::transport::Context> transport =
-      device->createContext(context.rank, context.size);
-  transport->setTimeout(std::max(std::chrono::milliseconds(1), context.timeout / 5));
-  context.set_backend_abort([transport, size = context.size, rank = context.rank] {
+      device->createContext(context.rank(), context.size());
+  transport->setTimeout(std::max(std::chrono::milliseconds(1), context.timeout() / 5));
+  context.set_backend_abort([transport, size = context.size(), rank = context.rank()] {
     for (int peer = 0; peer < size; ++peer) {
       if (peer != rank) {
         transport->getPair(peer)->close();
@@ -116,30 +116,30 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
   // Every member publishes the addresses of its pairs, in member order, itself left out.
   std::string addresses;
   std::size_t entry = 0;
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer != context.rank) {
+  for (int peer = 0; peer < context.size(); ++peer) {
+    if (peer != context.rank()) {
       const std::vector<char> bytes = transport->createPair(peer)->address().bytes();
       entry = bytes.size();
       addresses.append(bytes.data(), bytes.size());
     }
   }
-  context.store->set("gloo/address/" + std::to_string(context.rank), addresses);
+  context.store()->set("gloo/address/" + std::to_string(context.rank()), addresses);
 
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) {
+  for (int peer = 0; peer < context.size(); ++peer) {
+    if (peer == context.rank()) {
       continue;
     }
     const std::string member = "rank " + std::to_string(context.global_rank(peer));
     const std::string key = "gloo/address/" + std::to_string(peer);
     connecting.wait({key}, {context.global_rank(peer)}, "the Gloo addresses");
-    const std::string theirs = context.store->get(key, connecting.remaining());
-    COHORT_CHECK(theirs.size() == entry * static_cast<std::size_t>(context.size - 1), Error,
+    const std::string theirs = context.store()->get(key, connecting.remaining());
+    COHORT_CHECK(theirs.size() == entry * static_cast<std::size_t>(context.size() - 1), Error,
                  connecting.who() + ": " + member + " published " + std::to_string(theirs.size()) +
                      " bytes of Gloo addresses for " + context.describe() + ", expected " +
-                     std::to_string(entry * static_cast<std::size_t>(context.size - 1)) +
+                     std::to_string(entry * static_cast<std::size_t>(context.size() - 1)) +
                      ": are all ranks running the same build of cohort and Gloo?");
     const std::size_t index =
-        static_cast<std::size_t>(context.rank < peer ? context.rank : context.rank - 1);
+        static_cast<std::size_t>(context.rank() < peer ? context.rank() : context.rank() - 1);
     const std::vector<char> bytes(theirs.begin() + static_cast<std::ptrdiff_t>(index * entry),
                                   theirs.begin() + static_cast<std::ptrdiff_t>((index + 1) * entry));
     connecting.check("the connection to " + member);
@@ -154,10 +154,10 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
   connecting.check("the connections");  // an abort closes pairs, which then look connected
 
   // The handshake: see the Note.
-  context.store->set("gloo/connected/" + std::to_string(context.rank), "1");
+  context.store()->set("gloo/connected/" + std::to_string(context.rank()), "1");
   std::vector<std::string> keys;
   std::vector<int> members;
-  for (int member = 0; member < context.size; ++member) {
+  for (int member = 0; member < context.size(); ++member) {
     keys.push_back("gloo/connected/" + std::to_string(member));
     members.push_back(context.global_rank(member));
   }

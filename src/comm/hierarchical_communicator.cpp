@@ -28,11 +28,11 @@ namespace {
 std::shared_ptr<CommContext> same_members(const CommContext& context, const std::string& suffix) {
   SplitPlan plan;
   plan.member = true;
-  plan.rank = context.rank;
-  for (int r = 0; r < context.size; ++r) {
+  plan.rank = context.rank();
+  for (int r = 0; r < context.size(); ++r) {
     plan.parent_ranks.push_back(r);
+    plan.global_ranks.push_back(context.global_rank(r));
   }
-  plan.global_ranks = context.global_ranks;
   plan.id = context.id + "." + suffix;
   auto child = make_child_context(context, plan, context.name + "." + suffix);
   child->host_transport = HostTransport::gloo;  // the flat part is Gloo, whatever the placement
@@ -91,9 +91,9 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> 
     : Communicator(std::move(context)), parts_(std::make_shared<Parts>()) {
   CommContext& ctx = this->context();
   ctx.backend = Backend::hierarchical;
-  const int node = ctx.member_nodes.at(static_cast<std::size_t>(ctx.rank));
+  const int node = ctx.member_nodes.at(static_cast<std::size_t>(ctx.rank()));
   int index = 0;  // among the members on this host
-  for (int r = 0; r < ctx.rank; ++r) {
+  for (int r = 0; r < ctx.rank(); ++r) {
     index += ctx.member_nodes[static_cast<std::size_t>(r)] == node ? 1 : 0;
   }
   parts_->flat = std::make_unique<GlooCommunicator>(same_members(ctx, "flat"),
@@ -130,7 +130,7 @@ void* HierarchicalCommunicator::native_handle() const noexcept {
 void HierarchicalCommunicator::run(const Call& call, const Stream& stream,
                                    const std::shared_ptr<WorkState>& work) {
   run_on_worker(*worker_, stream, work, shared_context(),
-                [call, parts = parts_, size = context().size] { parts->execute(call, size); });
+                [call, parts = parts_, size = context().size()] { parts->execute(call, size); });
 }
 
 std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int key,

@@ -35,6 +35,11 @@ void HostWorker::stop(bool detach) {
   }
 }
 
+bool HostWorker::idle() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.empty() && !running_ && !stopping_;
+}
+
 void HostWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -44,11 +49,55 @@ void HostWorker::run() {
     }
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
+    running_ = true;
     lock.unlock();
     task();  // tasks catch their own errors
     task = nullptr;
     lock.lock();
+    running_ = false;
   }
+}
+
+namespace {
+
+/// Runs one collective unless the communicator was aborted, and completes or fails `work`.
+void execute_collective(WorkState& work, CommContext& context,
+                        const std::function<void()>& execute) {
+  if (context.aborted()) {
+    try {
+      COHORT_FAIL(Error, context.describe() + " was aborted before " +
+                             work.record().describe() + " ran: " + context.abort_reason());
+    } catch (...) {
+      work.fail(std::current_exception());
+    }
+    return;
+  }
+  try {
+    execute();
+    work.complete();
+  } catch (const TimeoutError& error) {
+    fail_collective(context, work, /*timed_out=*/true, error.what());
+  } catch (const std::exception& error) {
+    fail_collective(context, work, /*timed_out=*/false, error.what());
+  }
+}
+
+}  // namespace
+
+bool try_run_inline(HostWorker& worker, const Stream& stream,
+                    const std::shared_ptr<WorkState>& work, CommContext& context,
+                    const std::function<void()>& execute) {
+  if (!stream.ready() || !worker.idle()) {
+    return false;
+  }
+  execute_collective(*work, context, execute);
+  try {
+    work->rethrow_if_failed();
+  } catch (const std::exception&) {
+    // Later work on the caller's stream fails, as after a collective on the worker.
+    stream.enqueue_wait([work] { work->rethrow_if_failed(); });
+  }
+  return true;
 }
 
 void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
@@ -72,23 +121,7 @@ void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_p
         return;
       }
     }
-    if (context->aborted()) {
-      try {
-        COHORT_FAIL(Error, context->describe() + " was aborted before " +
-                               work->record().describe() + " ran: " + context->abort_reason());
-      } catch (...) {
-        work->fail(std::current_exception());
-      }
-      return;
-    }
-    try {
-      execute();
-      work->complete();
-    } catch (const TimeoutError& error) {
-      fail_collective(*context, *work, /*timed_out=*/true, error.what());
-    } catch (const std::exception& error) {
-      fail_collective(*context, *work, /*timed_out=*/false, error.what());
-    }
+    execute_collective(*work, *context, execute);
   });
   // Later work on the caller's stream runs after the collective, and fails if it failed.
   stream.enqueue_wait([work] {

@@ -216,14 +216,14 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
   ctx.backend_version = nccl_version_string();
   handle_ = std::make_shared<Handle>(ctx.device);
   bind_cuda_device(ctx.device);
-  wait_for_members(ctx, "nccl");
+  ctx.group.barrier("nccl/joined");
 
   ncclUniqueId id;
-  if (ctx.rank == 0) {
+  if (ctx.rank() == 0) {
     COHORT_NCCL_TRY(ncclGetUniqueId(&id));
-    ctx.store->set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal)));
+    ctx.store()->set("nccl/unique_id", std::string_view(id.internal, sizeof(id.internal)));
   } else {
-    const std::string bytes = ctx.store->get("nccl/unique_id", ctx.timeout);
+    const std::string bytes = ctx.store()->get("nccl/unique_id", ctx.timeout());
     COHORT_CHECK(bytes.size() == sizeof(id.internal), Error,
                  "the NCCL unique id in the store has " + std::to_string(bytes.size()) +
                      " bytes, expected " + std::to_string(sizeof(id.internal)));
@@ -231,10 +231,10 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
   }
 
   const std::string what =
-      "rank " + std::to_string(ctx.global_rank(ctx.rank)) + ": creating " + ctx.describe();
-  const auto deadline = Clock::now() + ctx.timeout;
+      "rank " + std::to_string(ctx.global_rank(ctx.rank())) + ": creating " + ctx.describe();
+  const auto deadline = Clock::now() + ctx.timeout();
   ncclConfig_t config = config_with_blocking(0);
-  const ncclResult_t started = ncclCommInitRankConfig(&handle_->control, ctx.size, id, ctx.rank,
+  const ncclResult_t started = ncclCommInitRankConfig(&handle_->control, ctx.size(), id, ctx.rank(),
                                                       &config);
   if (started != ncclSuccess && started != ncclInProgress) {
     COHORT_FAIL(NcclError,
@@ -247,15 +247,15 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
     check_settled(settled, "ncclCommInitRankConfig", nullptr,
                   what + " (every rank had joined the store; NCCL's own bootstrap stalled: "
                          "check NCCL_SOCKET_IFNAME and NCCL_DEBUG=INFO)",
-                  ctx.timeout);
+                  ctx.timeout());
   }
-  const auto [result, comm] = split_settled(handle_->control, 0, ctx.rank, /*blocking=*/1,
+  const auto [result, comm] = split_settled(handle_->control, 0, ctx.rank(), /*blocking=*/1,
                                             deadline, nullptr, nullptr);
   if (result != ncclSuccess) {
     (void)ncclCommAbort(handle_->control);
     handle_->control = nullptr;
     check_settled(result, "ncclCommSplit (the blocking communicator for collectives)", nullptr,
-                  what, ctx.timeout);
+                  what, ctx.timeout());
   }
   handle_->comm = comm;
   install();
@@ -287,7 +287,7 @@ NcclCommunicator::~NcclCommunicator() {
   // The blocking communicator's destroy flushes outstanding work without a deadline: let the
   // collectives in flight finish first (the watchdog fails them at their deadline), and abort
   // instead when they do not.
-  const auto deadline = Clock::now() + ctx.timeout;
+  const auto deadline = Clock::now() + ctx.timeout();
   bool drained = false;
   while (true) {
     try {
@@ -452,7 +452,7 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
     // The parent has a split in flight that may never end: abort it (every rank must, and the
     // failure reaches the others through the watchdog).
     parent.abort(what + " failed");
-    check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout);
+    check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout());
   }
   if (!plan.member) {
     return nullptr;

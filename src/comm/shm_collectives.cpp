@@ -28,7 +28,7 @@ void copy(void* dst, const void* src, std::size_t bytes) {
 
 }  // namespace
 
-ShmEngine::ShmEngine(CommContext& context) : rank_(context.rank), ranks_(context.size) {
+ShmEngine::ShmEngine(CommContext& context) : rank_(context.rank()), ranks_(context.size()) {
   if (ranks_ > 1) {
     segment_ = std::make_unique<ShmSegment>(context, kSlotBytes);
   }

@@ -4,6 +4,8 @@
 #include "shm_collectives.hpp"
 #include "watchdog.hpp"
 
+#include <algorithm>
+
 namespace cohort::detail {
 
 ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
@@ -11,10 +13,10 @@ ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
   CommContext& ctx = this->context();
   ctx.backend = Backend::shm;
   ctx.backend_version = "shared memory";
-  wait_for_members(ctx, "shm");
+  ctx.group.barrier("shm/joined");
   engine_ = std::make_shared<ShmEngine>(ctx);
   worker_ = HostWorker::start();
-  ctx.set_backend_abort([engine = engine_, rank = ctx.rank] { engine->abort(rank); });
+  ctx.set_backend_abort([engine = engine_, rank = ctx.rank()] { engine->abort(rank); });
   if (auto watchdog = ctx.watchdog.lock()) {
     watchdog->add(shared_context());
   }
@@ -30,6 +32,14 @@ void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }
 
 void ShmCommunicator::run(const Call& call, const Stream& stream,
                           const std::shared_ptr<WorkState>& work) {
+  // Note [Small host collectives inline]
+  constexpr std::size_t kInlineBytes = std::size_t{256} << 10;
+  if (std::max(call.input.bytes(), call.output.bytes()) <= kInlineBytes &&
+      try_run_inline(*worker_, stream, work, context(), [&] {
+        engine_->execute(call, work->deadline(), context());
+      })) {
+    return;
+  }
   run_on_worker(*worker_, stream, work, shared_context(),
                 [call, work, engine = engine_, context = shared_context()] {
                   engine->execute(call, work->deadline(), *context);

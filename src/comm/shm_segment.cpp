@@ -113,10 +113,10 @@ int remove_stale_shm_segments() noexcept {
 }
 
 ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
-    : ranks_(context.size), rank_(context.rank), slot_bytes_(slot_bytes) {
+    : ranks_(context.size()), rank_(context.rank()), slot_bytes_(slot_bytes) {
   bytes_ = data_offset(ranks_) + 2 * static_cast<std::size_t>(ranks_) * slot_bytes_;
   spin_ = spin_budget(ranks_);
-  const std::string who = "rank " + std::to_string(context.global_rank(context.rank)) + ": ";
+  const std::string who = "rank " + std::to_string(context.global_rank(context.rank())) + ": ";
   int fd = -1;
   if (rank_ == 0) {
     if (const int removed = remove_stale_shm_segments(); removed > 0) {
@@ -142,7 +142,7 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
                              "COHORT_HOST_TRANSPORT=gloo.");
     }
   } else {
-    name_ = context.store->get("shm/name", context.timeout);
+    name_ = context.store()->get("shm/name", context.timeout());
     fd = shm_open(name_.c_str(), O_RDWR, 0600);
     COHORT_CHECK(fd >= 0, Error,
                  who + "cannot open rank 0's shared-memory segment /dev/shm" + name_ + ": " +
@@ -174,7 +174,7 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
     header_u64(8).store(static_cast<std::uint64_t>(ranks_));
     header_u64(16).store(slot_bytes_);
     header_u64(0).store(kMagic, std::memory_order_release);
-    context.store->set("shm/name", name_);
+    context.store()->set("shm/name", name_);
   } else if (header_u64(0).load(std::memory_order_acquire) != kMagic ||
              header_u64(8).load() != static_cast<std::uint64_t>(ranks_) ||
              header_u64(16).load() != slot_bytes_) {
@@ -186,14 +186,14 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
   word(0, 24).fetch_add(1);
   if (rank_ == 0) {
     // Unlink as soon as everyone has attached: from then on no exit path can leak the segment.
-    const auto deadline = Clock::now() + context.timeout;
+    const auto deadline = Clock::now() + context.timeout();
     while (word(0, 24).load() < static_cast<std::uint32_t>(ranks_)) {
       if (Clock::now() > deadline || context.aborted()) {
         shm_unlink(name_.c_str());
         munmap(base_, bytes_);
         COHORT_FAIL(TimeoutError, who + "not every rank of " + context.describe() +
                                       " attached to its shared-memory segment within " +
-                                      std::to_string(context.timeout.count()) + " ms");
+                                      std::to_string(context.timeout().count()) + " ms");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }

@@ -30,10 +30,10 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     CollectiveRecord record = work.record();
     record.issued_seconds_ago =
         std::chrono::duration<double>(Clock::now() - work.issued_at()).count();
-    std::string what = "rank " + std::to_string(context.global_rank(context.rank)) + ": " +
+    std::string what = "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
                        record.describe() + " on " + context.describe();
     if (timed_out) {
-      what += " did not complete within " + std::to_string(context.timeout.count()) + " ms. ";
+      what += " did not complete within " + std::to_string(context.timeout().count()) + " ms. ";
     } else {
       what += " failed: " + cause + ". ";
     }

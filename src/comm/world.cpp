@@ -1,4 +1,6 @@
 #include "comm_context.hpp"
+#include "gloo_communicator.hpp"
+#include "topology.hpp"
 #include "host_select.hpp"
 #include "watchdog.hpp"
 #if COHORT_WITH_CUDA
@@ -17,7 +19,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,7 +29,7 @@ struct World::Impl {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
-  int local_size = 1;
+  int local_world_size = 1;
   int node_rank = 0;
   int num_nodes = 1;
   Device device = Device::host();
@@ -37,6 +38,7 @@ struct World::Impl {
   std::vector<int> nodes;  // node of each rank
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
+  std::unique_ptr<StoreGroup> group;  // every rank of the world, meeting under `store`
   std::shared_ptr<detail::Watchdog> watchdog;
   std::unique_ptr<Communicator> global;
   std::unique_ptr<Communicator> local;
@@ -131,51 +133,23 @@ Backend choose_backend(BackendChoice choice) {
   return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
 }
 
-/// Node of each rank, from the host names (or simulated nodes) every rank publishes.
-void discover_nodes(Store& store, World::Impl& world, int ranks_per_node) {
-  const std::string mine = ranks_per_node > 0
+/// This rank's place among the nodes: the launcher's word where it gave it, host names (or
+/// simulated nodes of `ranks_per_node`) for the rest (Note [Topology from the launcher]).
+void find_place(World::Impl& world, const LaunchInfo& launch, int ranks_per_node) {
+  const std::string host = ranks_per_node > 0
                                ? "node" + std::to_string(world.rank / ranks_per_node)
                                : host_name();
-  store.set("host/" + std::to_string(world.rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world.size; ++r) {
-    keys.push_back("host/" + std::to_string(r));
+  std::vector<detail::RankPlace> places;
+  for (const std::string& text :
+       world.group->all_gather("place", detail::encode(detail::launcher_place(launch, host)))) {
+    places.push_back(detail::decode(text));
   }
-  try {
-    store.wait(keys, world.timeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int r = 0; r < world.size; ++r) {
-      if (!store.check({keys[static_cast<std::size_t>(r)]})) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-    }
-    COHORT_FAIL(TimeoutError, "rank " + std::to_string(world.rank) + ": forming a world of " +
-                                  std::to_string(world.size) + " ranks timed out after " +
-                                  std::to_string(world.timeout.count()) + " ms: ranks " +
-                                  missing + " never joined through " + store.describe() +
-                                  ". Check that they were started and reach cohort::init().");
-  }
-  std::map<std::string, int> node_of_host;
-  std::vector<int> node(static_cast<std::size_t>(world.size));
-  for (int r = 0; r < world.size; ++r) {
-    const std::string host = store.get(keys[static_cast<std::size_t>(r)]);
-    auto [it, inserted] = node_of_host.emplace(host, static_cast<int>(node_of_host.size()));
-    node[static_cast<std::size_t>(r)] = it->second;
-  }
-  world.num_nodes = static_cast<int>(node_of_host.size());
-  world.nodes = node;
-  world.node_rank = node[static_cast<std::size_t>(world.rank)];
-  world.local_rank = 0;
-  world.local_size = 0;
-  for (int r = 0; r < world.size; ++r) {
-    if (node[static_cast<std::size_t>(r)] == world.node_rank) {
-      if (r < world.rank) {
-        ++world.local_rank;
-      }
-      ++world.local_size;
-    }
-  }
+  const detail::Topology topology = detail::resolve_topology(places, world.rank, launch);
+  world.local_rank = topology.local_rank;
+  world.local_world_size = topology.local_world_size;
+  world.node_rank = topology.node_rank;
+  world.num_nodes = topology.num_nodes;
+  world.nodes = topology.nodes;
 }
 
 Device choose_device(const World::Impl& world) {
@@ -187,7 +161,7 @@ Device choose_device(const World::Impl& world) {
     COHORT_EXPECTS(env::boolean(env::kAllowSharedGpu),
                    "rank " + std::to_string(world.rank) + " is local rank " +
                        std::to_string(world.local_rank) + " of " +
-                       std::to_string(world.local_size) + " on its node, but only " +
+                       std::to_string(world.local_world_size) + " on its node, but only " +
                        std::to_string(gpus) +
                        " GPUs are visible: start at most one rank per GPU (cohortrun "
                        "--nproc-per-node " +
@@ -202,19 +176,14 @@ Device choose_device(const World::Impl& world) {
 
 std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
                                           const std::shared_ptr<Store>& monitor_store) {
-  auto context = std::make_shared<detail::CommContext>();
-  context->rank = world.rank;
-  context->size = world.size;
+  auto context = std::make_shared<detail::CommContext>(
+      StoreGroup(std::make_shared<PrefixStore>("global", world.store), world.rank, world.size,
+                 world.timeout, {}, "communicator 'global'"));
   context->device = world.device;
   context->backend = world.backend;
   context->name = "global";
   context->id = "global";
-  for (int r = 0; r < world.size; ++r) {
-    context->global_ranks.push_back(r);
-  }
-  context->store = std::make_shared<PrefixStore>("global", world.store);
   context->monitor_store = std::make_shared<PrefixStore>("global", monitor_store);
-  context->timeout = world.timeout;
   context->debug_collectives = debug;
   context->watchdog = world.watchdog;
   if (world.backend == Backend::nccl) {
@@ -238,7 +207,7 @@ World::~World() = default;
 int World::rank() const noexcept { return impl_->rank; }
 int World::size() const noexcept { return impl_->size; }
 int World::local_rank() const noexcept { return impl_->local_rank; }
-int World::local_size() const noexcept { return impl_->local_size; }
+int World::local_world_size() const noexcept { return impl_->local_world_size; }
 int World::node_rank() const noexcept { return impl_->node_rank; }
 int World::num_nodes() const noexcept { return impl_->num_nodes; }
 Device World::device() const noexcept { return impl_->device; }
@@ -247,17 +216,23 @@ Communicator& World::comm() noexcept { return *impl_->global; }
 Communicator& World::local() noexcept { return *impl_->local; }
 Communicator& World::cross() noexcept { return *impl_->cross; }
 Store& World::store() noexcept { return *impl_->store; }
+StoreGroup& World::group() noexcept { return *impl_->group; }
 std::chrono::milliseconds World::timeout() const noexcept { return impl_->timeout; }
 
 std::string World::describe() const {
   return "rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " (local " +
-         std::to_string(local_rank()) + " of " + std::to_string(local_size()) + ", node " +
+         std::to_string(local_rank()) + " of " + std::to_string(local_world_size()) + ", node " +
          std::to_string(node_rank()) + " of " + std::to_string(num_nodes()) + ") on " +
          device().to_string() + ", " + std::string(to_string(backend()));
 }
 
 World init(WorldOptions options) {
   ignore_default_sigpipe();
+  // Logging cannot throw and falls back to warn with a warning; a world refuses the bad value.
+  if (const auto level = env::text(env::kLogLevel); level && !parse_log_level(*level)) {
+    COHORT_FAIL(InvalidArgument, std::string(env::kLogLevel) + "='" + *level +
+                                     "' is not a log level: set error, warn, info or debug");
+  }
   const LaunchInfo launch = options.launch ? *options.launch : LaunchInfo::from_environment();
   auto impl = std::make_unique<World::Impl>();
   impl->rank = launch.rank;
@@ -275,7 +250,8 @@ World init(WorldOptions options) {
   std::shared_ptr<Store> monitor_store =
       std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
 
-  discover_nodes(*impl->store, *impl, options.ranks_per_node);
+  impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
+  find_place(*impl, launch, options.ranks_per_node);
   impl->backend = choose_backend(options.backend);
   impl->host_transport = host_transport_from(options);
   impl->device = choose_device(*impl);

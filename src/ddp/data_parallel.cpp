@@ -315,8 +315,7 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(!(own_params && own_grads && overlap(*own_params, *own_grads, s.plan.arena_count)),
                  "DataParallelOptions::param_memory and grad_memory overlap; give the gradients "
                  "memory of their own");
-  detail::check_same_on_every_rank(world.store(), world.rank(), world.size(),
-                                   fingerprint_lines(s.registry, s.options), world.timeout());
+  detail::check_same_on_every_rank(world.group(), fingerprint_lines(s.registry, s.options));
 
   std::shared_ptr<MemoryResource> memory = s.options.memory;
   if (!memory) {

@@ -48,51 +48,40 @@ std::string quoted(const std::vector<std::string>& lines, std::size_t i) {
   return text;
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
+std::string rank_list(const std::vector<int>& members, const StoreGroup& group) {
+  std::string text = members.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < members.size(); ++i) {
     if (i > 0) {
       text.append(", ");
     }
-    text.append(std::to_string(ranks[i]));
+    text.append(std::to_string(group.global_rank(members[i])));
   }
   return text;
 }
 
 }  // namespace
 
-void check_same_on_every_rank(Store& store, int rank, int size,
-                              const std::vector<std::string>& lines,
-                              std::chrono::milliseconds timeout) {
-  // Each rank counts its own DataParallel constructions; since construction is collective, the
-  // n-th one has the same number on every rank, and its keys never collide with an earlier one's.
-  const std::int64_t generation = store.add("ddp/constructed/" + std::to_string(rank), 1);
-  const std::string prefix = "ddp/" + std::to_string(generation) + "/";
+void check_same_on_every_rank(StoreGroup& group, const std::vector<std::string>& lines) {
   const std::string text = join_lines(lines);
-  const std::string hash = fnv1a(text);
-  store.set(prefix + "lines/" + std::to_string(rank), text);
-  store.set(prefix + "hash/" + std::to_string(rank), hash);
+  const std::vector<std::string> hashes = group.all_gather("ddp/registry/hash", fnv1a(text));
 
   // Group the ranks by hash, rank 0's group first.
   std::map<std::string, std::vector<int>> groups;
   std::vector<std::string> order;
-  for (int r = 0; r < size; ++r) {
-    const std::string theirs =
-        r == rank ? hash : store.get(prefix + "hash/" + std::to_string(r), timeout);
-    auto [it, inserted] = groups.try_emplace(theirs);
+  for (int member = 0; member < group.size(); ++member) {
+    auto [it, inserted] = groups.try_emplace(hashes[static_cast<std::size_t>(member)]);
     if (inserted) {
-      order.push_back(theirs);
+      order.push_back(it->first);
     }
-    it->second.push_back(r);
+    it->second.push_back(member);
   }
   if (groups.size() == 1) {
     return;
   }
 
-  auto lines_of = [&](int r) {
-    return r == rank ? lines
-                     : split_lines(store.get(prefix + "lines/" + std::to_string(r), timeout));
-  };
+  // Every member saw the same hashes, so every member gathers the descriptions.
+  const std::vector<std::string> texts = group.all_gather("ddp/registry/lines", text);
+  auto lines_of = [&](int member) { return split_lines(texts[static_cast<std::size_t>(member)]); };
   const std::vector<int>& reference_ranks = groups[order.front()];
   const std::vector<std::string> reference = lines_of(reference_ranks.front());
   std::string message =
@@ -108,9 +97,9 @@ void check_same_on_every_rank(Store& store, int rank, int size,
     const std::string mine = quoted(reference, i);
     const std::string theirs = quoted(other, i);
     for (const std::string& part :
-         {std::string(" "), rank_list(reference_ranks),
+         {std::string(" "), rank_list(reference_ranks, group),
           std::string(reference_ranks.size() == 1 ? " has " : " have "), mine,
-          std::string(" where "), rank_list(ranks),
+          std::string(" where "), rank_list(ranks, group),
           std::string(ranks.size() == 1 ? " has " : " have "), theirs, std::string(";")}) {
       message.append(part);
     }

@@ -415,6 +415,9 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
     info.world_size = reading.world_size.value;
     info.local_rank = reading.local_rank->value;
     info.local_world_size = reading.local_world_size->value;
+    info.given.local_rank = reading.local_rank->name;
+    if (reading.node_rank) info.given.node_rank = reading.node_rank->name;
+    if (reading.num_nodes) info.given.num_nodes = reading.num_nodes->name;
     // When a launcher gives no node count, assume equal nodes; round up for uneven ones.
     info.num_nodes = reading.num_nodes
                          ? reading.num_nodes->value

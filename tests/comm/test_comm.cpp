@@ -183,8 +183,8 @@ TEST(World, RanksAndSubGroupsOfSimulatedNodes) {
         EXPECT_EQ(world.num_nodes(), 3);
         EXPECT_EQ(world.node_rank(), r / 3);
         EXPECT_EQ(world.local_rank(), r % 3);
-        EXPECT_EQ(world.local_size(), r < 6 ? 3 : 1);
-        EXPECT_EQ(world.local().size(), world.local_size());
+        EXPECT_EQ(world.local_world_size(), r < 6 ? 3 : 1);
+        EXPECT_EQ(world.local().size(), world.local_world_size());
         EXPECT_EQ(world.local().rank(), world.local_rank());
         EXPECT_EQ(world.cross().size(), r % 3 == 0 ? 3 : 2);
         EXPECT_EQ(world.cross().rank(), world.node_rank());
@@ -197,7 +197,7 @@ TEST(World, RanksAndSubGroupsOfSimulatedNodes) {
         stream.synchronize();
         const int node_first = world.node_rank() * 3;
         std::int64_t local_sum = 0;
-        for (int q = node_first; q < node_first + world.local_size(); ++q) local_sum += q;
+        for (int q = node_first; q < node_first + world.local_world_size(); ++q) local_sum += q;
         EXPECT_EQ(value[0], local_sum);
 
         value[0] = r;

@@ -197,7 +197,7 @@ TEST(Faults, RankThatNeverJoinsIsNamed) {
   }
   for (auto& rank : ranks) rank.join();
   for (std::size_t r = 0; r < 2; ++r) {
-    EXPECT_THAT(messages[r], HasSubstr("ranks 2 never joined"));
+    EXPECT_THAT(messages[r], HasSubstr("rank 2 never arrived"));
     EXPECT_GE(waited[r], 0.8) << "rank " << r << " gave up before its 800 ms deadline";
     EXPECT_LT(waited[r], 5.0) << "rank " << r;
   }

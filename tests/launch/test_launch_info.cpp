@@ -200,6 +200,25 @@ TEST_P(LaunchInfoGood, ReadsTheLauncher) {
 INSTANTIATE_TEST_SUITE_P(Environments, LaunchInfoGood, ::testing::ValuesIn(good_cases()),
                          [](const auto& param_info) { return param_info.param.name; });
 
+TEST(LaunchInfo, SaysWhichTopologyTheLauncherGave) {
+  // What is not given is a guess that cohort::init replaces with what the host names say.
+  const LaunchInfo cohortrun = read(kCohortrunEnv);
+  EXPECT_EQ(cohortrun.given.local_rank, "COHORT_LOCAL_RANK");
+  EXPECT_EQ(cohortrun.given.node_rank, "COHORT_NODE_RANK");
+  EXPECT_EQ(cohortrun.given.num_nodes, "COHORT_NUM_NODES");
+  const LaunchInfo torchrun = read(kTorchrunEnv);
+  EXPECT_EQ(torchrun.given.local_rank, "LOCAL_RANK");
+  EXPECT_EQ(torchrun.given.node_rank, "GROUP_RANK");
+  EXPECT_EQ(torchrun.given.num_nodes, "");
+  const LaunchInfo open_mpi = read(kOpenMpiEnv);
+  EXPECT_EQ(open_mpi.given.local_rank, "OMPI_COMM_WORLD_LOCAL_RANK");
+  EXPECT_EQ(open_mpi.given.node_rank, "");
+  const LaunchInfo slurm = read(kSlurmEnv);
+  EXPECT_EQ(slurm.given.node_rank, "SLURM_NODEID");
+  EXPECT_EQ(slurm.given.num_nodes, "SLURM_NNODES");
+  EXPECT_EQ(read({}).given.local_rank, "");
+}
+
 TEST(LaunchInfo, SingleProcessRunIdIsFreshEachTime) {
   const LaunchInfo first = read({});
   const LaunchInfo second = read({});

@@ -10,6 +10,7 @@
 #include <cohort/launch/tcp_store.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -26,13 +27,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port", options.port, "Port to listen on (0: a free one)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
+      ->check(cohort::cli::whole(0, 65535));
   app.add_option("--token", token,
                  "Token clients must present (default: COHORT_STORE_TOKEN, else none)");
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "Largest request accepted; a longer one closes its connection")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cohort::cli::whole(64, 4.0 * 1024 * 1024 * 1024));
   CLI11_PARSE(app, argc, argv);
 
   if (token) {

@@ -11,6 +11,7 @@
 #include <cohort/launch/tcp_store.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@ extern char** environ;
 
 namespace cohortrun {
 namespace {
+
+namespace cli = cohort::cli;
 
 struct Options {
   int nproc_per_node = 0;
@@ -82,31 +85,31 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
       "cohortrun"};
   app.add_option("--nproc-per-node", options.nproc_per_node, "Ranks to start on this node")
       ->required()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(cli::whole(1, 1 << 16));
   app.add_option("--nnodes", options.nnodes, "Nodes in the run (one cohortrun on each)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(cli::whole(1, 1 << 16));
   app.add_option("--node-rank", options.node_rank, "Index of this node, 0 to NNODES-1")
-      ->check(CLI::Range(0, 1 << 16));
+      ->check(cli::whole(0, 1 << 16));
   app.add_option("--master-addr", options.master_addr,
                  "Host of node 0, where the store runs (required with --nnodes > 1; "
                  "default 127.0.0.1 on one node)");
   app.add_option("--master-port", options.master_port,
                  "Port of the store (default 29500 on several nodes, a free port on one)")
-      ->check(CLI::Range(0, 65535));
+      ->check(cli::whole(0, 65535));
   app.add_option("--run-id", options.run_id,
                  "Id shared by all ranks of the run (default: random on one node, derived from "
                  "the master address and port on several)");
   app.add_option("--kill-timeout", options.kill_timeout_seconds,
                  "Seconds between SIGTERM and SIGKILL when stopping the ranks")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(cli::number(0.0, 86400.0));
   app.add_option("--grace", options.grace_seconds,
                  "Seconds the ranks have to save and exit after cohortrun passes them a SIGTERM "
                  "or SIGINT it received, before SIGKILL")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(cli::number(0.0, 86400.0));
   app.add_option("--max-restarts", options.max_restarts,
                  "Restart every rank, with a fresh store, up to this many times when one fails "
                  "(not when cohortrun itself is stopped by a signal); one node only")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(cli::whole(0, 1 << 20));
   app.add_flag("--no-prefix", options.no_prefix,
                "Let the ranks write to cohortrun's stdout and stderr directly");
   app.footer(
@@ -118,20 +121,33 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
       "(128 + signal when killed); 127 when PROGRAM cannot be run; 2 for usage errors.");
   // Stop at PROGRAM: it and everything after it are the ranks' command line.
   app.prefix_command();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    const int status = app.exit(error);
-    return status == 0 ? 0 : kUsageError;
-  }
-  options.command = app.remaining();
-  if (!options.command.empty() && options.command.front() == "--") {
-    options.command.erase(options.command.begin());
-  }
   auto usage_error = [&](const std::string& message) {
     std::cerr << "cohortrun: " << message << "\nRun with --help for more information.\n";
     return kUsageError;
   };
+  // PROGRAM starts at the first argument that is not one of cohortrun's options, so a mistyped
+  // option would be taken for PROGRAM: an argument starting with '-' there is an unknown option
+  // (a PROGRAM whose name starts with '-' goes after "--").
+  auto unknown_option = [&]() -> std::optional<int> {
+    const std::vector<std::string> rest = app.remaining();
+    if (!rest.empty() && rest.front().starts_with("-") && rest.front() != "--") {
+      return usage_error("unknown option '" + rest.front() + "' (PROGRAM and its arguments come "
+                         "after cohortrun's options; put \"--\" before a PROGRAM named -...)");
+    }
+    return std::nullopt;
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (auto status = unknown_option()) return status;
+    const int status = app.exit(error);
+    return status == 0 ? 0 : kUsageError;
+  }
+  if (auto status = unknown_option()) return status;
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  }
   if (options.command.empty()) return usage_error("no PROGRAM given");
   if (options.node_rank >= options.nnodes) {
     return usage_error("--node-rank " + std::to_string(options.node_rank) +

@@ -102,9 +102,8 @@ struct CheckpointOptions {
   bool allow_resharding = true;
   /// Load: each rank reads only its slice of the replicated arrays (parameters, unsharded
   /// optimizer state) and the ranks all-gather them, instead of every rank reading all of them.
-  /// Unset: on CUDA devices (NCCL's all-gather is faster than the reads), not on the host (Gloo's
-  /// all-gather over TCP was no faster than every rank reading from the page cache; measured in
-  /// docs/checkpoint.md).
+  /// Unset: unless the communicator is Gloo over TCP (NCCL's and the shared-memory all-gather
+  /// were faster than every rank reading all; Gloo's over TCP was slower; docs/checkpoint.md).
   std::optional<bool> gather_replicated = std::nullopt;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,

@@ -11,6 +11,7 @@
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/launch_info.hpp>
 #include <cohort/launch/store.hpp>
+#include <cohort/launch/store_group.hpp>
 
 #include <chrono>
 #include <functional>
@@ -56,7 +57,7 @@ class World {
   int size() const noexcept;
   /// Rank among the ranks of this node, and their number.
   int local_rank() const noexcept;
-  int local_size() const noexcept;
+  int local_world_size() const noexcept;
   int node_rank() const noexcept;
   int num_nodes() const noexcept;
 
@@ -75,6 +76,9 @@ class World {
 
   /// The store the ranks met through, scoped to this world.
   Store& store() noexcept;
+  /// Every rank of the world agreeing through `store()` (collective calls: every rank makes the
+  /// same ones in the same order).
+  StoreGroup& group() noexcept;
   std::chrono::milliseconds timeout() const noexcept;
 
   /// "rank 2 of 8 (local 2 of 4, node 0 of 2) on cuda:2, nccl".

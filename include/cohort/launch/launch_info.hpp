@@ -44,7 +44,8 @@
 /// none is set. A world over several nodes with no master address is an error.
 ///
 /// Node counts: from the launcher where it gives them (`COHORT_NUM_NODES`, `SLURM_NNODES`...);
-/// else `world_size / local_world_size` (rounded up) and `rank / local_world_size`.
+/// else `world_size / local_world_size` (rounded up) and `rank / local_world_size`, a guess that
+/// `cohort::init` replaces with what the host names say (`given` tells which values are guesses).
 ///
 /// Variables set to the empty string count as unset.
 
@@ -81,6 +82,15 @@ struct LaunchInfo {
   /// world of many, derived from the master address and port (equal on every rank, but equal
   /// for successive runs too: set `COHORT_RUN_ID` when using a `FileStore` that way).
   std::string run_id;
+  /// The launcher variables that gave `local_rank` (with `local_world_size`), `node_rank` and
+  /// `num_nodes`, e.g. "SLURM_LOCALID"; empty where the value was derived here (or the
+  /// `LaunchInfo` was made by hand). `cohort::init` keeps a given value, checks it against the
+  /// host names, and fills the others from them (Note [Topology from the launcher]).
+  struct Given {
+    std::string local_rank;
+    std::string node_rank;
+    std::string num_nodes;
+  } given;
   /// True when a launcher (cohortrun) already hosts the TCP store: rank 0 must not start one.
   bool store_is_external = false;
   Launcher launcher = Launcher::none;

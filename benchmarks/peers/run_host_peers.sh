@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# cohort against its peers on this host, side by side in one run: allreduce_bench on 4 ranks over
+# shared memory and over Gloo, against Open MPI's MPI_Allreduce (built here) and the memcpy
+# ceiling; train_mlp on 4 ranks against PyTorch DDP (gloo), from a virtual environment under the
+# build folder when torch can be installed. Every round runs each program once, interleaved, so
+# load on the machine hits all alike; the summary gives the median over rounds.
+#
+#   benchmarks/peers/run_host_peers.sh [--build build/host-only] [--rounds 3] [--out DIR]
+#       [--ranks 4] [--sizes 1K:64M] [--mlp "--hidden 256 --layers 3"] [--steps 300]
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../../scripts/lib/common.sh
+source "$here/../../scripts/lib/common.sh"
+
+build="$cohort_root/build/host-only"
+rounds=3
+ranks=4
+sizes="1K:64M"
+mlp="--hidden 256 --layers 3"
+steps=300
+out=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    --mlp) mlp=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "run_host_peers.sh: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;
+  esac
+done
+build=$(cd "$build" && pwd)
+out=${out:-$build/peers/results-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+cohortrun="$build/tools/cohortrun/cohortrun"
+bench="$build/benchmarks/allreduce_bench"
+train="$build/examples/train_mlp/train_mlp"
+for program in "$cohortrun" "$bench" "$train"; do
+  [ -x "$program" ] || { echo "run_host_peers.sh: $program is not built (cmake --build $build)" >&2; exit 1; }
+done
+min=${sizes%%:*}
+max=${sizes##*:}
+
+# The Open MPI peer, built against the installed Open MPI.
+ensure_packages openmpi-bin libopenmpi-dev
+mpi_peer="$build/peers/mpi_allreduce"
+mkdir -p "$build/peers"
+mpicc -O2 -o "$mpi_peer" "$here/mpi_allreduce.c"
+to_bytes() { python3 -c "import sys; s=sys.argv[1]; u={'K':1<<10,'M':1<<20,'G':1<<30}.get(s[-1].upper(),1); print(int(float(s.rstrip('KMGkmg')) * u))" "$1"; }
+mpirun_args=(--oversubscribe -np "$ranks")
+[ "$(id -u)" -eq 0 ] && mpirun_args=(--allow-run-as-root "${mpirun_args[@]}")
+
+python=""
+if python=$(ensure_torch_venv "$build"); then
+  echo "PyTorch peer: $python"
+else
+  python=""
+  echo "PyTorch peer: skipped (torch could not be installed; see above)"
+fi
+
+read -r -a mlp_args <<<"$mlp"
+for round in $(seq 1 "$rounds"); do
+  echo "== round $round of $rounds"
+  for transport in shm gloo; do
+    "$cohortrun" --nproc-per-node "$ranks" "$bench" --transport "$transport" -b "$min" -e "$max" \
+      -f 4 -n 20 -w 5 --json "$out/allreduce-$transport-$round.json" >"$out/allreduce-$transport-$round.log" 2>&1
+  done
+  mpirun "${mpirun_args[@]}" "$mpi_peer" "$(to_bytes "$min")" "$(to_bytes "$max")" 4 20 5 \
+    >"$out/mpi-$round.txt" 2>"$out/mpi-$round.log"
+  "$cohortrun" --nproc-per-node "$ranks" "$train" "${mlp_args[@]}" --steps "$steps" --log-every 0 \
+    --json "$out/train_mlp-$round.json" >"$out/train_mlp-$round.log" 2>&1
+  if [ -n "$python" ]; then
+    "$python" "$here/torch_ddp_mlp.py" --ranks "$ranks" "${mlp_args[@]}" --steps "$steps" \
+      >"$out/torch-$round.json" 2>"$out/torch-$round.log"
+  fi
+done
+python3 "$here/summarize_peers.py" "$out" | tee "$out/summary.md"

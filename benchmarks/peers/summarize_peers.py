@@ -1,0 +1,71 @@
+"""Summarises a run_host_peers.sh folder: medians over rounds, as markdown tables."""
+
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def load(pattern):
+    return [json.load(open(path)) for path in sorted(glob.glob(pattern))]
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt_us(us):
+    if us is None:
+        return "n/a"
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} us"
+
+
+def main(folder):
+    rounds = {t: load(os.path.join(folder, f"allreduce-{t}-*.json")) for t in ("shm", "gloo")}
+    mpi = {}
+    for path in sorted(glob.glob(os.path.join(folder, "mpi-*.txt"))):
+        for line in open(path):
+            size, us = line.split()
+            mpi.setdefault(int(size), []).append(float(us))
+    sizes = sorted({r["bytes"] for runs in rounds.values() for run in runs for r in run["records"]})
+    count = len(rounds["shm"])
+    machine = rounds["shm"][0]["machine"] if rounds["shm"] else "?"
+    print(f"All-reduce, f32 sum in place, 4 host processes, {machine}; medians over {count} rounds")
+    print("(each round: per-rank median of 20 iterations after 5 warm-up, averaged over ranks)\n")
+    print("| size | cohort shm | cohort gloo | raw Gloo | Open MPI | memcpy | shm / MPI |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sizes:
+        def column(transport, key):
+            return median([r[key] for run in rounds[transport] for r in run["records"]
+                           if r["bytes"] == size])
+        shm = column("shm", "time_us")
+        gloo = column("gloo", "time_us")
+        raw = column("gloo", "raw_time_us")
+        copy = column("shm", "memcpy_time_us")
+        peer = median(mpi.get(size, []))
+        ratio = f"{shm / peer:.2f}" if shm and peer else "n/a"
+        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+        print(f"| {label} | {fmt_us(shm)} | {fmt_us(gloo)} | {fmt_us(raw)} | {fmt_us(peer)} | "
+              f"{fmt_us(copy)} | {ratio} |")
+    train = load(os.path.join(folder, "train_mlp-*.json"))
+    torch = load(os.path.join(folder, "torch-*.json"))
+    if train:
+        print(f"\ntrain_mlp vs PyTorch DDP (gloo), {train[0]['ranks']} ranks, "
+              f"{train[0]['parameters']} parameters, global batch "
+              f"{train[0]['options']['global_batch']}; medians over {len(train)} rounds\n")
+        print("| | samples/s | all-reduce ms/step | exposed ms/step |")
+        print("|---|---|---|---|")
+        print(f"| cohort ({train[0]['backend']}) | "
+              f"{median([t['samples_per_second'] for t in train]):.0f} | "
+              f"{median([t['comm_ms_per_step'] for t in train]):.2f} | "
+              f"{median([t['exposed_comm_ms_per_step'] for t in train]):.2f} |")
+        if torch:
+            print(f"| PyTorch {torch[0]['torch_version']} DDP | "
+                  f"{median([t['samples_per_second'] for t in torch]):.0f} | | |")
+        print(f"\ncohort buckets: {train[0]['buckets']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
