@@ -32,13 +32,11 @@ using namespace std::chrono_literals;
 class WatchdogTest : public ::testing::Test {
  protected:
   std::shared_ptr<CommContext> make_context(std::chrono::milliseconds timeout) {
-    auto context = std::make_shared<CommContext>();
+    auto context = std::make_shared<CommContext>(cohort::StoreGroup(
+        std::make_shared<cohort::PrefixStore>("test", store_), 0, 1, timeout, {0}, "test"));
     context->name = "test";
     context->id = "test";
-    context->global_ranks = {0};
-    context->store = std::make_shared<cohort::PrefixStore>("test", store_);
     context->monitor_store = std::make_shared<cohort::PrefixStore>("test", store_);
-    context->timeout = timeout;
     context->backend_version = "test backend";
     context->watchdog = watchdog_;
     watchdog_->add(context);
@@ -73,7 +71,7 @@ std::shared_ptr<WorkState> make_work(const CommContext& context) {
   record.dtype = cohort::DType::f32;
   record.count = 4;
   record.bytes = 16;
-  return std::make_shared<WorkState>(record, Clock::now() + context.timeout, context.recorder);
+  return std::make_shared<WorkState>(record, Clock::now() + context.timeout(), context.recorder);
 }
 
 TEST_F(WatchdogTest, AProbeThatThrowsFailsTheWorkPublishesAndAbortsWithinASecond) {
