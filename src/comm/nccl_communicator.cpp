@@ -437,10 +437,10 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std::string name) {
   CommContext& parent = context();
   const SplitPlan plan = plan_split(parent, color, key);
-  const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank)) +
+  const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank())) +
                            ": splitting " + parent.describe();
   const CudaDeviceScope scope(parent.device.index());
-  const auto deadline = Clock::now() + parent.timeout;
+  const auto deadline = Clock::now() + parent.timeout();
   // ncclCommSplit is collective over the parent: every rank calls it, NOCOLOR included. The
   // split goes through the parent's non-blocking control communicator, and the child's own
   // blocking communicator for collectives is split from the child's control one (Note [NCCL
@@ -464,7 +464,7 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
   if (data_result != ncclSuccess) {
     (void)ncclCommAbort(child_control);
     check_settled(data_result, "ncclCommSplit (the blocking communicator for collectives)",
-                  nullptr, what, parent.timeout);
+                  nullptr, what, parent.timeout());
   }
   handle->comm = child_comm;
   auto child = make_child_context(parent, plan, std::move(name));
