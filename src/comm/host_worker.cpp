@@ -84,22 +84,6 @@ void execute_collective(WorkState& work, CommContext& context,
 
 }  // namespace
 
-bool try_run_inline(HostWorker& worker, const Stream& stream,
-                    const std::shared_ptr<WorkState>& work, CommContext& context,
-                    const std::function<void()>& execute) {
-  if (!stream.ready() || !worker.idle()) {
-    return false;
-  }
-  execute_collective(*work, context, execute);
-  try {
-    work->rethrow_if_failed();
-  } catch (const std::exception&) {
-    // Later work on the caller's stream fails, as after a collective on the worker.
-    stream.enqueue_wait([work] { work->rethrow_if_failed(); });
-  }
-  return true;
-}
-
 void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
                    std::shared_ptr<CommContext> context, std::function<void()> execute) {
   // The input is ready once the work already on `stream` is done; when there is none, there is
