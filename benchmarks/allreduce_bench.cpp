@@ -326,7 +326,8 @@ double mean_over_ranks(cohort::World& world, const std::string& key, double valu
 }
 
 /// --issue-cost: the host time of issuing one all-reduce of 4 floats, cohort against raw.
-void report_issue_cost(cohort::World& world, RawBackend& raw, const cohort::Stream& stream,
+/// `raw`: the backend's own library, or null where there is none (shared memory).
+void report_issue_cost(cohort::World& world, RawBackend* raw, const cohort::Stream& stream,
                        int iterations) {
   Memory buffer(world.device(), 4 * sizeof(float));
   buffer.upload(pattern(cohort::DType::f32, world.rank(), 4));
@@ -339,10 +340,13 @@ void report_issue_cost(cohort::World& world, RawBackend& raw, const cohort::Stre
     const double issued = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     stream.synchronize();
     work.wait();
-    start = Clock::now();
-    raw.enqueue(buffer.data(), 4, stream);
-    const double raw_issued = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    stream.synchronize();
+    double raw_issued = 0.0;
+    if (raw != nullptr) {
+      start = Clock::now();
+      raw->enqueue(buffer.data(), 4, stream);
+      raw_issued = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      stream.synchronize();
+    }
     if (i >= 5) {  // the first ones connect and warm up
       cohort_us.push_back(issued);
       raw_us.push_back(raw_issued);
@@ -350,13 +354,21 @@ void report_issue_cost(cohort::World& world, RawBackend& raw, const cohort::Stre
   }
   const long long clones = clones_since_boot() - clones_before;
   const double cohort_median = mean_over_ranks(world, "issue/cohort", median(cohort_us));
-  const double raw_median = mean_over_ranks(world, "issue/raw", median(raw_us));
+  const std::string backend(to_string(world.comm().backend()));
+  std::string raw_text = "raw: none for " + backend;
+  if (raw != nullptr) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "raw %s %.2f us", backend.c_str(),
+                  mean_over_ranks(world, "issue/raw", median(raw_us)));
+    raw_text = text;
+  }
+  const double collectives = (raw != nullptr ? 2.0 : 1.0) * (iterations + 5);
   if (world.rank() == 0) {
     std::printf("# host cost of issuing one all-reduce of 4 floats (median of %d, mean over "
-                "ranks): cohort %.2f us, raw %s %.2f us; threads created system-wide per "
-                "collective on rank 0: %.2f\n",
-                iterations, cohort_median, std::string(to_string(world.comm().backend())).c_str(),
-                raw_median, clones < 0 ? -1.0 : static_cast<double>(clones) / (2.0 * (iterations + 5)));
+                "ranks): cohort %.2f us, %s; threads created system-wide per collective on "
+                "rank 0: %.2f\n",
+                iterations, cohort_median, raw_text.c_str(),
+                clones < 0 ? -1.0 : static_cast<double>(clones) / collectives);
   }
 }
 
@@ -386,8 +398,11 @@ int run(cohort::World& world, const Options& options) {
   const bool host = world.device().is_host();
   RawBackend raw(comm, *dtype, op);
   if (options.issue_cost > 0) {
+    // The backend called directly exists for NCCL and Gloo only (as raw_supported below).
+    const bool has_raw =
+        comm.backend() == cohort::Backend::nccl || comm.backend() == cohort::Backend::gloo;
     RawBackend raw_f32(comm, cohort::DType::f32, cohort::ReduceOp::sum);
-    report_issue_cost(world, raw_f32, stream, options.issue_cost);
+    report_issue_cost(world, has_raw ? &raw_f32 : nullptr, stream, options.issue_cost);
   }
 
   if (leader) {
