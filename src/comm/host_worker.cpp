@@ -35,11 +35,6 @@ void HostWorker::stop(bool detach) {
   }
 }
 
-bool HostWorker::idle() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return tasks_.empty() && !running_ && !stopping_;
-}
-
 void HostWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -49,12 +44,10 @@ void HostWorker::run() {
     }
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
-    running_ = true;
     lock.unlock();
     task();  // tasks catch their own errors
     task = nullptr;
     lock.lock();
-    running_ = false;
   }
 }
 

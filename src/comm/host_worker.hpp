@@ -24,9 +24,6 @@ class HostWorker {
   void enqueue(std::function<void()> task);
   /// Finishes what is queued, then ends; waits for that unless `detach`.
   void stop(bool detach);
-  /// Nothing queued and nothing running: an operation run now on the caller's thread keeps the
-  /// communicator's order.
-  bool idle();
 
  private:
   HostWorker() = default;
@@ -36,7 +33,6 @@ class HostWorker {
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
-  bool running_ = false;
   std::thread thread_;
 };
 
