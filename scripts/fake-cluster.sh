@@ -7,7 +7,7 @@
 #   scripts/fake-cluster.sh exec 1 ./build/host-only/tools/cohortrun/cohortrun --nnodes 2 ...
 #   scripts/fake-cluster.sh addr 0                        # 10.99.0.1
 #   scripts/fake-cluster.sh cut 1 / mend 1                # host 1's link down / up again
-#   scripts/fake-cluster.sh stop 1                        # kill every process on host 1
+#   scripts/fake-cluster.sh stop 1 [--kill]               # stop every process on host 1
 #   scripts/fake-cluster.sh down                          # kill everything, remove the namespaces
 #
 # Commands other than `up` act on the cluster named by -c NAME, else $COHORT_FAKE_CLUSTER, else
@@ -34,7 +34,7 @@ die() { echo "fake-cluster: $*" >&2; exit 1; }
 skip() { echo "fake-cluster: cannot create fake hosts here: $*" >&2; exit $kSkip; }
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -77,12 +77,13 @@ host_ns() {  # host_ns I: host I's namespace, checked
   echo "$ns"
 }
 
-# Kills every process in namespace $1: SIGTERM, then SIGKILL after a second.
+# Kills every process in namespace $1: SIGTERM, then SIGKILL after a second (at once with
+# $2 = --kill).
 kill_namespace() {
   local pids
   pids=$(ip netns pids "$1" 2>/dev/null || true)
   [ -n "$pids" ] || return 0
-  kill -TERM $pids 2>/dev/null || true
+  kill "$([ "${2:-}" = --kill ] && echo -KILL || echo -TERM)" $pids 2>/dev/null || true
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     pids=$(ip netns pids "$1" 2>/dev/null || true)
     [ -n "$pids" ] || return 0
@@ -202,7 +203,7 @@ main() {
     hosts) pick_cluster; hosts_of "$cluster" ;;
     cut) pick_cluster; ip -n "$(host_ns "${1:-}")" link set eth0 down ;;
     mend) pick_cluster; ip -n "$(host_ns "${1:-}")" link set eth0 up ;;
-    stop) pick_cluster; kill_namespace "$(host_ns "${1:-}")" ;;
+    stop) pick_cluster; kill_namespace "$(host_ns "${1:-}")" "${2:-}" ;;
     list) clusters ;;
     -h | --help | help) usage 0 ;;
     *) die "unknown command '$command' (up, down, exec, addr, hosts, cut, mend, stop, list)" ;;
