@@ -1,5 +1,7 @@
 #include "scaling/report.hpp"
 
+#include <layers/bucket_json.hpp>
+
 #include "common/bench_common.hpp"
 
 #include <cohort/core/env.hpp>
@@ -69,6 +71,7 @@ std::string find_python() {
 Row summarize(int ranks, const std::vector<RankSamples>& all, double batch) {
   Row row;
   row.ranks = ranks;
+  row.buckets = all.front().buckets;  // every rank planned the same caps
   const std::size_t steps = all.front().step_ms.size();
   std::vector<double> step, compute, comm, exposed, imbalance;
   for (std::size_t s = 0; s < steps; ++s) {
@@ -124,9 +127,19 @@ Projection project(int gpus, const Setup& setup, const Row& one, const cohort::P
   p.link_gbps = inside ? o.link_gbps : o.node_gbps;
   p.latency_us = inside ? o.link_latency_us : o.node_latency_us;
   p.link = inside ? "in a node" : "across nodes";
+  const double n = gpus;
+  if (o.bucket_mb > 0.0) {
+    p.buckets.first_bytes = static_cast<std::size_t>(o.first_bucket_mb * 1048576.0);
+    p.buckets.middle_bytes = static_cast<std::size_t>(o.bucket_mb * 1048576.0);
+  } else {
+    // The caps the library would choose on the projected link: the ring model below, as alpha
+    // and algorithmic bandwidth (GB/s are 1e3 bytes per us).
+    p.buckets = cohort::choose_bucket_sizes(
+        {.alpha_us = 2.0 * (n - 1) * p.latency_us,
+         .bytes_per_us = p.link_gbps * 1e3 * n / (2.0 * (n - 1))});
+  }
   const cohort::BucketPlan plan = cohort::make_bucket_plan(
-      registry, gpus, static_cast<std::size_t>(o.bucket_mb * 1048576.0),
-      static_cast<std::size_t>(o.first_bucket_mb * 1048576.0));
+      registry, gpus, p.buckets.middle_bytes, p.buckets.first_bytes, p.buckets.last_bytes);
   // When each parameter's gradient is complete: forward is a third of the compute, then the
   // layers' backward in reverse, each in proportion to its FLOPs, scaled to the measured compute.
   const double total_flops = 3.0 * setup.workload.forward_flops();
@@ -138,7 +151,6 @@ Projection project(int gpus, const Setup& setup, const Row& one, const cohort::P
     clock += 2.0 * layer.forward_flops * scale;
     for (const layers::WorkloadParam& param : layer.params) ready[registry.find(param.name).index] = clock;
   }
-  const double n = gpus;
   double comm_end = 0.0;
   for (const cohort::Bucket& bucket : plan.buckets) {
     double bucket_ready = 0.0;
@@ -181,9 +193,11 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
   }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);
-  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %s timed steps after %d "
+  // Automatic caps are measured again at each rank count: the widest one's are shown.
+  std::printf("# buckets at %d ranks: %s: %zu all-reduces per step; %s timed steps after %d "
               "warm-up; step times are medians of the slowest rank\n#\n",
-              o.bucket_mb, o.first_bucket_mb, buckets, timed.c_str(), o.warmup);
+              rows.back().ranks, rows.back().buckets.describe().c_str(), buckets, timed.c_str(),
+              o.warmup);
   std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s = %8s + %9s + %8s\n", "ranks", "step",
               "throughput", "effic", "compute", "comm", "exposed", "overlap", "busbw", "lost",
               "exposed", "imbalance", "overhead");
@@ -208,12 +222,12 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
               setup.simulated ? " (simulated)" : "");
   for (const Projection& p : projections) {
     std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9.2f %9.2f %7.1f %9s | %6.1f = %8.1f + %9.1f + %8.1f"
-                "   (B %g GB/s, alpha %g us %s: given)\n",
+                "   (B %g GB/s, alpha %g us %s: given; buckets %s)\n",
                 p.gpus, p.step_ms, p.throughput, 100.0 * p.efficiency, rows.front().compute_ms,
                 p.comm_ms, p.exposed_ms,
                 p.comm_ms > 0 ? 100.0 * (1.0 - p.exposed_ms / p.comm_ms) : 100.0, "-",
                 100.0 * (1.0 - p.efficiency), 100.0 * (1.0 - p.efficiency), 0.0, 0.0, p.link_gbps,
-                p.latency_us, p.link.c_str());
+                p.latency_us, p.link.c_str(), p.buckets.describe().c_str());
   }
   if (world.backend() == cohort::Backend::nccl && rows.back().ranks > 1) {
     std::printf("# measured busbw at %d GPUs: %.1f GB/s; --link-gbps %.0f projects from it\n",
@@ -242,8 +256,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
   out["cohort_version"] = cohort::version();
   out["steps"] = o.steps;  // at most; each row's timed_steps says how many ran
   out["warmup"] = o.warmup;
-  out["bucket_mb"] = o.bucket_mb;
-  out["first_bucket_mb"] = o.first_bucket_mb;
+  out["bucket_caps"] = o.bucket_mb > 0.0 ? "fixed" : "auto";  // each row says which it used
   out["ranks"] = rows.back().ranks;
   out["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -263,7 +276,8 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                            {"lost", r.lost},
                            {"lost_exposed_comm", r.lost_exposed},
                            {"lost_imbalance", r.lost_imbalance},
-                           {"lost_overhead", r.lost_overhead}});
+                           {"lost_overhead", r.lost_overhead},
+                           {"buckets", layers::bucket_json(r.buckets)}});
   }
   out["projection"] = {{"model", "ring: 2(n-1) alpha + 2(n-1)/n bytes / B per bucket"},
                        {"link_gbps", o.link_gbps}, {"link_latency_us", o.link_latency_us},
@@ -279,6 +293,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                                          {"exposed_comm_ms", p.exposed_ms},
                                          {"link_gbps", p.link_gbps},
                                          {"latency_us", p.latency_us},
+                                         {"buckets", layers::bucket_json(p.buckets)},
                                          {"lost_exposed_comm", 1.0 - p.efficiency}});
   }
   return out;
