@@ -20,7 +20,8 @@
 # address: "Network is unreachable"). `exec` runs a command in host I's network namespace, with
 # host name nodeI (a UTS namespace); the names resolve only with `up --names`, which writes
 # /etc/netns/cohort-NAME-hI/hosts (bind-mounted over /etc/hosts by `ip netns exec`).
-# With --link RATE (tc syntax: 1gbit, 200mbit) each host's eth0 sends through a tbf qdisc.
+# With --link RATE (1gbit, 200mbit) each host's eth0 sends through a tbf qdisc whose bucket
+# holds 4 ms of the rate (16 KiB at least).
 #
 # Exit status 77 (with the reason on stderr) where namespaces cannot be created here: not root,
 # no `ip`, or a container without the capability.
@@ -124,6 +125,20 @@ cmd_up() {
   if [ -n "$rate" ]; then
     command -v tc >/dev/null 2>&1 || skip "no 'tc' command for --link (install iproute2)"
   fi
+  # The token bucket holds 4 ms of the rate (16 KiB at least): a larger one lets every burst
+  # after a pause pass at full speed, which no real link of that rate does.
+  local burst=""
+  if [ -n "$rate" ]; then
+    [[ "$rate" =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] ||
+      die "--link '$rate': give a whole number with bit, kbit, mbit or gbit (e.g. 1gbit, 200mbit)"
+    local bits=${BASH_REMATCH[1]}
+    case ${BASH_REMATCH[2]} in
+      kbit) bits=$((bits * 1000)) ;; mbit) bits=$((bits * 1000000)) ;;
+      gbit) bits=$((bits * 1000000000)) ;;
+    esac
+    burst=$((bits / 8 / 250))
+    [ "$burst" -ge 16384 ] || burst=16384
+  fi
   [ -n "$cluster" ] || cluster=$(printf '%s%04x' "$$" "$RANDOM")
   [[ "$cluster" =~ ^[a-z0-9]{1,20}$ ]] || die "cluster name '$cluster': use 1 to 20 of a-z, 0-9"
   [ -z "$(namespaces "$cluster")" ] || die "a fake cluster named '$cluster' is already up"
@@ -152,7 +167,7 @@ cmd_up() {
     ip -n "$ns" addr add "$kSubnet.$((i + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
     if [ -n "$rate" ]; then
-      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms ||
+      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms ||
         die "tc could not shape host $i's link to '$rate' (tc rates look like 1gbit or 200mbit)"
     fi
     if [ -n "$hosts_file" ]; then
