@@ -23,10 +23,14 @@ struct Options {
   double first_bucket_mb = 1.0;
   int hidden = 1024;         // mlp workload
   int layers = 8;
-  double link_gbps = 230.0;  // all-reduce busbw inside a node: 8xA100 SXM4 NVLink
-  double link_latency_us = 2.0;
-  double node_gbps = 192.0;  // across nodes: DGX A100, 8x HDR InfiniBand
-  double node_latency_us = 6.0;
+  // The projection's links (docs/design.md, "Scaling model", cites the sources): all-reduce busbw
+  // and the cost of one all-reduce at small sizes, in a node (8xA100 SXM4 NVLink) and across
+  // nodes (DGX A100, 8x HDR InfiniBand).
+  double link_gbps = 230.0;
+  double link_latency_us = 12.0;
+  double node_gbps = 192.0;
+  double node_latency_us = 20.0;
+  bool probe = true;  // time the step's all-reduces at the largest rank count and check the model
   int gpus_per_node = 8;
   std::string json;
   std::string plot;
@@ -53,6 +57,23 @@ struct Projection {
   double link_gbps = 0, latency_us = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, efficiency = 0,
          throughput = 0;
   std::string link;
+};
+
+/// All-reduces timed on the world that trains (scaling/probe.hpp): the slowest rank's median of
+/// each size, and the fitted per-collective cost ms = alpha + bytes x ms_per_byte.
+struct LinkProbe {
+  int ranks = 0;
+  std::string backend;
+  std::vector<double> bytes, ms;
+  double alpha_ms = 0, ms_per_byte = 0;
+};
+
+/// The model's prediction of a measured rank count from the probe (Note [Checking the model]).
+struct ModelCheck {
+  bool valid = false;
+  int ranks = 0;
+  double measured_ms = 0, predicted_ms = 0, error = 0, comm_ms = 0, exposed_ms = 0;
+  LinkProbe probe;
 };
 
 struct Setup {
