@@ -134,7 +134,7 @@ int run(cohort::World& world, const Setup& setup) {
       cohort::World group = sub_world(world, k, scope);
       const RankSamples samples = measure(group, setup, share, leader ? &progress : nullptr);
       if (setup.options.probe && k > 1 && index + 1 == counts.size()) {
-        std::vector<std::size_t> sizes = bucket_sizes(setup, registry_of(setup.workload), k);
+        std::vector<std::size_t> sizes = bucket_sizes(registry_of(setup.workload), k, samples.buckets);
         sizes.push_back(4096);
         probe = probe_link(group, sizes, 5);
       }
@@ -210,9 +210,11 @@ int main(int argc, char** argv) {
                  "host ranks: fewer timed steps (3 at least) when --steps would take longer than "
                  "this, measured at each rank count's warm-up; 0: always --steps")
       ->check(cli::number(0, 1e7));
-  app.add_option("--bucket-mb", options.bucket_mb, "bucket cap (MiB); default 25, or 4 for mlp")
+  app.add_option("--bucket-mb", options.bucket_mb,
+                 "bucket cap (MiB); default: from the measured link, or 25 with --first-bucket-mb")
       ->check(cli::positive(1 << 20));
-  app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)")
+  app.add_option("--first-bucket-mb", options.first_bucket_mb,
+                 "first bucket cap (MiB); default: from the measured link, or 1 with --bucket-mb")
       ->check(cli::positive(1 << 20));
   app.add_option("--hidden", options.hidden, "mlp: hidden width")->check(cli::whole(1, 1 << 20));
   app.add_option("--layers", options.layers, "mlp: linear layers")->check(cli::whole(1, 1000));
@@ -243,7 +245,18 @@ int main(int argc, char** argv) {
         options.workload, layers::MlpConfig{.inputs = 32, .hidden = options.hidden,
                                             .layers = options.layers, .classes = 10,
                                             .dtype = cohort::DType::f32});
-    if (setup.options.bucket_mb <= 0.0) setup.options.bucket_mb = options.workload == "mlp" ? 4.0 : 25.0;
+    if (options.bucket_mb > 0.0 || options.first_bucket_mb > 0.0) {
+      // Either flag fixes the caps; the other keeps the library's default.
+      Options& o = setup.options;
+      if (o.bucket_mb <= 0.0) o.bucket_mb = static_cast<double>(cohort::kDefaultBucketBytes) / 1048576.0;
+      if (o.first_bucket_mb <= 0.0) {
+        o.first_bucket_mb = static_cast<double>(cohort::kDefaultFirstBucketBytes) / 1048576.0;
+      }
+      if (o.bucket_mb * 1048576.0 < 1.0 || o.first_bucket_mb * 1048576.0 < 1.0) {
+        std::fprintf(stderr, "scaling_bench: --bucket-mb and --first-bucket-mb must be at least 1 byte\n");
+        return 2;
+      }
+    }
     setup.batch = options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     auto run_world = [&](cohort::World& world) {

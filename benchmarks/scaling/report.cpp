@@ -1,5 +1,7 @@
 #include "scaling/report.hpp"
 
+#include <layers/bucket_json.hpp>
+
 #include "common/bench_common.hpp"
 
 #include <cohort/core/env.hpp>
@@ -70,6 +72,7 @@ std::string find_python() {
 Row summarize(int ranks, const std::vector<RankSamples>& all, double batch) {
   Row row;
   row.ranks = ranks;
+  row.buckets = all.front().buckets;  // every rank planned the same caps
   const std::size_t steps = all.front().step_ms.size();
   std::vector<double> step, compute, comm, exposed, imbalance;
   for (std::size_t s = 0; s < steps; ++s) {
@@ -136,10 +139,10 @@ std::vector<double> ready_times(const Setup& setup, const cohort::ParamRegistry&
   return ready;
 }
 
-cohort::BucketPlan plan_for(const Setup& setup, const cohort::ParamRegistry& registry, int ranks) {
-  return cohort::make_bucket_plan(
-      registry, ranks, static_cast<std::size_t>(setup.options.bucket_mb * 1048576.0),
-      static_cast<std::size_t>(setup.options.first_bucket_mb * 1048576.0));
+cohort::BucketPlan plan_for(const cohort::ParamRegistry& registry, int ranks,
+                            const cohort::BucketSizing& caps) {
+  return cohort::make_bucket_plan(registry, ranks, caps.middle_bytes, caps.first_bytes,
+                                  caps.last_bytes);
 }
 
 /// The buckets' all-reduces, one after another on the communicator, each issued once its last
@@ -160,9 +163,9 @@ std::pair<double, double> run_buckets(const cohort::BucketPlan& plan,
 
 }  // namespace
 
-std::vector<std::size_t> bucket_sizes(const Setup& setup, const cohort::ParamRegistry& registry,
-                                      int ranks) {
-  const cohort::BucketPlan plan = plan_for(setup, registry, ranks);
+std::vector<std::size_t> bucket_sizes(const cohort::ParamRegistry& registry, int ranks,
+                                      const cohort::BucketSizing& caps) {
+  const cohort::BucketPlan plan = plan_for(registry, ranks, caps);
   std::vector<std::size_t> sizes;
   for (const cohort::Bucket& bucket : plan.buckets) {
     sizes.push_back(bucket.slice.count * cohort::size_of(plan.dtype));
@@ -191,7 +194,7 @@ ModelCheck check_model(const Setup& setup, const Row& row, const Row& one,
   check.probe = probe;
   const double compute = row.compute_ms + std::max(0.0, row.imbalance_ms);
   const auto [comm, end] =
-      run_buckets(plan_for(setup, registry, row.ranks), ready_times(setup, registry, compute),
+      run_buckets(plan_for(registry, row.ranks, row.buckets), ready_times(setup, registry, compute),
                   [&](double bytes) { return probe.alpha_ms + bytes * probe.ms_per_byte; });
   check.comm_ms = comm;
   check.exposed_ms = std::max(0.0, end - compute);
@@ -210,8 +213,16 @@ Projection project(int gpus, const Setup& setup, const Row& one, const cohort::P
   p.latency_us = inside ? o.link_latency_us : o.node_latency_us;
   p.link = inside ? "in a node" : "across nodes";
   const double n = gpus;
+  if (!one.buckets.automatic) {
+    p.buckets = one.buckets;  // the caps given, as the measured rows used them
+  } else {
+    // The caps the library would choose on the projected link: the cost below, as alpha and
+    // algorithmic bandwidth (GB/s are 1e3 bytes per us).
+    p.buckets = cohort::choose_bucket_sizes(
+        {.alpha_us = p.latency_us, .bytes_per_us = p.link_gbps * 1e3 * n / (2.0 * (n - 1))});
+  }
   const auto [comm, end] = run_buckets(
-      plan_for(setup, registry, gpus), ready_times(setup, registry, one.compute_ms),
+      plan_for(registry, gpus, p.buckets), ready_times(setup, registry, one.compute_ms),
       [&](double bytes) {
         return p.latency_us * 1e-3 + 2.0 * (n - 1) / n * bytes / (p.link_gbps * 1e9) * 1e3;
       });
@@ -248,9 +259,11 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
   }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);
-  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %s timed steps after %d "
+  // Automatic caps are measured again at each rank count: the widest one's are shown.
+  std::printf("# buckets at %d ranks: %s: %zu all-reduces per step; %s timed steps after %d "
               "warm-up; step times are medians of the slowest rank\n#\n",
-              o.bucket_mb, o.first_bucket_mb, buckets, timed.c_str(), o.warmup);
+              rows.back().ranks, rows.back().buckets.describe().c_str(), buckets, timed.c_str(),
+              o.warmup);
   std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s = %8s + %9s + %8s\n", "ranks", "step",
               "throughput", "effic", "compute", "comm", "exposed", "overlap", "busbw", "lost",
               "exposed", "imbalance", "overhead");
@@ -294,12 +307,12 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
                           : "the model was not checked against a measurement here");
   for (const Projection& p : projections) {
     std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9.2f %9.2f %7.1f %9s | %6.1f = %8.1f + %9.1f + %8.1f"
-                "   (B %g GB/s, alpha %g us per all-reduce %s: assumed)\n",
+                "   (B %g GB/s, alpha %g us per all-reduce %s: assumed; buckets %s)\n",
                 p.gpus, p.step_ms, p.throughput, 100.0 * p.efficiency, rows.front().compute_ms,
                 p.comm_ms, p.exposed_ms,
                 p.comm_ms > 0 ? 100.0 * (1.0 - p.exposed_ms / p.comm_ms) : 100.0, "-",
                 100.0 * (1.0 - p.efficiency), 100.0 * (1.0 - p.efficiency), 0.0, 0.0, p.link_gbps,
-                p.latency_us, p.link.c_str());
+                p.latency_us, p.link.c_str(), p.buckets.describe().c_str());
   }
   if (world.backend() == cohort::Backend::nccl && rows.back().ranks > 1) {
     std::printf("# measured busbw at %d GPUs: %.1f GB/s; --link-gbps %.0f projects from it\n",
@@ -329,8 +342,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
   out["cohort_version"] = cohort::version();
   out["steps"] = o.steps;  // at most; each row's timed_steps says how many ran
   out["warmup"] = o.warmup;
-  out["bucket_mb"] = o.bucket_mb;
-  out["first_bucket_mb"] = o.first_bucket_mb;
+  out["bucket_caps"] = o.bucket_mb > 0.0 ? "fixed" : "auto";  // each row says which it used
   out["ranks"] = rows.back().ranks;
   out["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -350,7 +362,8 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                            {"lost", r.lost},
                            {"lost_exposed_comm", r.lost_exposed},
                            {"lost_imbalance", r.lost_imbalance},
-                           {"lost_overhead", r.lost_overhead}});
+                           {"lost_overhead", r.lost_overhead},
+                           {"buckets", layers::bucket_json(r.buckets)}});
   }
   if (check.valid) {
     out["model_check"] = {{"ranks", check.ranks},
@@ -382,6 +395,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                                          {"exposed_comm_ms", p.exposed_ms},
                                          {"link_gbps", p.link_gbps},
                                          {"latency_us", p.latency_us},
+                                         {"buckets", layers::bucket_json(p.buckets)},
                                          {"lost_exposed_comm", 1.0 - p.efficiency}});
   }
   return out;

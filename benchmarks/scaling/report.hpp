@@ -22,9 +22,10 @@ Row summarize(int ranks, const std::vector<RankSamples>& all, double batch);
 /// Efficiency against the 1-rank row, and the lost time split three ways (fractions of the step).
 void attribute(Row& row, const Row& one);
 
-/// The byte size of each bucket of the step at `ranks` ranks (what the link probe times).
-std::vector<std::size_t> bucket_sizes(const Setup& setup, const cohort::ParamRegistry& registry,
-                                      int ranks);
+/// The byte size of each bucket of the step at `ranks` ranks planned with `caps` (what the link
+/// probe times).
+std::vector<std::size_t> bucket_sizes(const cohort::ParamRegistry& registry, int ranks,
+                                      const cohort::BucketSizing& caps);
 
 /// The model's prediction of the measured `row` from the probe's per-collective cost.
 ModelCheck check_model(const Setup& setup, const Row& row, const Row& one,

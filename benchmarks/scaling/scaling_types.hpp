@@ -4,6 +4,8 @@
 
 #include <layers/workloads.hpp>
 
+#include <cohort/ddp/bucket_sizing.hpp>
+
 #include <string>
 #include <vector>
 
@@ -19,8 +21,10 @@ struct Options {
   double sim_tflops = 0.0;       // 0: the rate that makes a step's compute take target_step_ms
   double target_step_ms = 200.0;  // simulated compute per step (forward and backward)
   double budget_s = 60.0;  // host ranks: timed steps are cut so the run takes about this long
-  double bucket_mb = 0.0;  // 0: 25 MiB, or 4 MiB for the (small) mlp
-  double first_bucket_mb = 1.0;
+  // Bucket caps in MiB; 0: from the measured link (Note [Automatic bucket sizes]) unless the
+  // other one is given, which then takes the library's default for this one.
+  double bucket_mb = 0.0;
+  double first_bucket_mb = 0.0;
   int hidden = 1024;         // mlp workload
   int layers = 8;
   // The projection's links (docs/design.md, "Scaling model", cites the sources): all-reduce busbw
@@ -41,6 +45,7 @@ struct RankSamples {
   std::vector<double> step_ms, compute_ms, comm_ms, exposed_ms;
   double bytes = 0.0;
   double collectives = 0.0;
+  cohort::BucketSizing buckets;  // the caps this rank count planned with
 };
 
 struct Row {
@@ -50,6 +55,7 @@ struct Row {
   double step_ms = 0, throughput = 0, efficiency = 0, compute_ms = 0, comm_ms = 0, exposed_ms = 0,
          imbalance_ms = 0, overlap = 0, busbw = 0, bytes = 0, collectives = 0;
   double lost = 0, lost_exposed = 0, lost_imbalance = 0, lost_overhead = 0;  // fractions of the step
+  cohort::BucketSizing buckets;
 };
 
 struct Projection {
@@ -57,6 +63,7 @@ struct Projection {
   double link_gbps = 0, latency_us = 0, comm_ms = 0, exposed_ms = 0, step_ms = 0, efficiency = 0,
          throughput = 0;
   std::string link;
+  cohort::BucketSizing buckets;  // automatic caps: chosen for the projected link
 };
 
 /// All-reduces timed on the world that trains (scaling/probe.hpp): the slowest rank's median of

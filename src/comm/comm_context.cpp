@@ -120,9 +120,23 @@ std::string CommContext::abort_reason() const {
   return abort_reason_;
 }
 
+// Note [Tracking in-flight work]
+// A host stream never blocks the thread that issues onto it, so a training loop can issue
+// thousands of collectives ahead of the ones running (every bucket of every step, until its
+// first read of a result). Sweeping every finished work out of the list on every issue then
+// costs O(in flight) per collective, quadratic over the run: with small buckets that took more
+// CPU than the collectives themselves, starving the threads that run them, and looked like a
+// hang. Works finish mostly in issue order, so the finished ones at the front go in O(1) each, and the whole list is swept only when it has doubled since
+// the last sweep: O(1) amortized per issue.
 void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+  while (!works_.empty() && works_.front()->finished()) {
+    works_.pop_front();
+  }
+  if (works_.size() >= sweep_at_) {
+    std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+    sweep_at_ = std::max<std::size_t>(64, 2 * works_.size());
+  }
   works_.push_back(work);
 }
 
@@ -132,7 +146,7 @@ std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
   std::vector<std::shared_ptr<WorkState>> works;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    works = works_;
+    works.assign(works_.begin(), works_.end());
   }
   std::erase_if(works, [this](const std::shared_ptr<WorkState>& w) {
     try {
