@@ -256,6 +256,7 @@ std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const
   child->watchdog = parent.watchdog;
   child->host_transport = parent.host_transport;
   child->single_node_world = parent.single_node_world;
+  child->store_host = parent.store_host;
   for (const int parent_rank : plan.parent_ranks) {
     if (static_cast<std::size_t>(parent_rank) < parent.member_nodes.size()) {
       child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);

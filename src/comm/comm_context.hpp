@@ -45,10 +45,12 @@ class CommContext {
   std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
   std::string backend_version;  // "Gloo 0.5.0", "NCCL 2.28.9"
   // Host backends: the transport asked for, the node of each member (shared memory needs one
-  // host), and whether the world has a single node (Gloo then binds to loopback).
+  // host), whether the world has a single node (Gloo then binds to loopback), and the store's
+  // host, whose route picks the address Gloo binds to across nodes (Note [Choosing the address]).
   HostTransport host_transport = HostTransport::automatic;
   std::vector<int> member_nodes;
   bool single_node_world = true;
+  std::string store_host;
 
   std::atomic<std::uint64_t> issued{0};
   std::uint64_t splits = 0;
