@@ -7,7 +7,7 @@
 #   scripts/fake-cluster.sh exec 1 ./build/host-only/tools/cohortrun/cohortrun --nnodes 2 ...
 #   scripts/fake-cluster.sh addr 0                        # 10.99.0.1
 #   scripts/fake-cluster.sh cut 1 / mend 1                # host 1's link down / up again
-#   scripts/fake-cluster.sh stop 1                        # kill every process on host 1
+#   scripts/fake-cluster.sh stop 1 [--kill]               # stop every process on host 1
 #   scripts/fake-cluster.sh down                          # kill everything, remove the namespaces
 #
 # Commands other than `up` act on the cluster named by -c NAME, else $COHORT_FAKE_CLUSTER, else
@@ -20,7 +20,8 @@
 # address: "Network is unreachable"). `exec` runs a command in host I's network namespace, with
 # host name nodeI (a UTS namespace); the names resolve only with `up --names`, which writes
 # /etc/netns/cohort-NAME-hI/hosts (bind-mounted over /etc/hosts by `ip netns exec`).
-# With --link RATE (tc syntax: 1gbit, 200mbit) each host's eth0 sends through a tbf qdisc.
+# With --link RATE (1gbit, 200mbit) each host's eth0 sends through a tbf qdisc whose bucket
+# holds 4 ms of the rate (16 KiB at least).
 #
 # Exit status 77 (with the reason on stderr) where namespaces cannot be created here: not root,
 # no `ip`, or a container without the capability.
@@ -34,7 +35,7 @@ die() { echo "fake-cluster: $*" >&2; exit 1; }
 skip() { echo "fake-cluster: cannot create fake hosts here: $*" >&2; exit $kSkip; }
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 
@@ -77,12 +78,13 @@ host_ns() {  # host_ns I: host I's namespace, checked
   echo "$ns"
 }
 
-# Kills every process in namespace $1: SIGTERM, then SIGKILL after a second.
+# Kills every process in namespace $1: SIGTERM, then SIGKILL after a second (at once with
+# $2 = --kill).
 kill_namespace() {
   local pids
   pids=$(ip netns pids "$1" 2>/dev/null || true)
   [ -n "$pids" ] || return 0
-  kill -TERM $pids 2>/dev/null || true
+  kill "$([ "${2:-}" = --kill ] && echo -KILL || echo -TERM)" $pids 2>/dev/null || true
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     pids=$(ip netns pids "$1" 2>/dev/null || true)
     [ -n "$pids" ] || return 0
@@ -123,6 +125,20 @@ cmd_up() {
   if [ -n "$rate" ]; then
     command -v tc >/dev/null 2>&1 || skip "no 'tc' command for --link (install iproute2)"
   fi
+  # The token bucket holds 4 ms of the rate (16 KiB at least): a larger one lets every burst
+  # after a pause pass at full speed, which no real link of that rate does.
+  local burst=""
+  if [ -n "$rate" ]; then
+    [[ "$rate" =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] ||
+      die "--link '$rate': give a whole number with bit, kbit, mbit or gbit (e.g. 1gbit, 200mbit)"
+    local bits=${BASH_REMATCH[1]}
+    case ${BASH_REMATCH[2]} in
+      kbit) bits=$((bits * 1000)) ;; mbit) bits=$((bits * 1000000)) ;;
+      gbit) bits=$((bits * 1000000000)) ;;
+    esac
+    burst=$((bits / 8 / 250))
+    [ "$burst" -ge 16384 ] || burst=16384
+  fi
   [ -n "$cluster" ] || cluster=$(printf '%s%04x' "$$" "$RANDOM")
   [[ "$cluster" =~ ^[a-z0-9]{1,20}$ ]] || die "cluster name '$cluster': use 1 to 20 of a-z, 0-9"
   [ -z "$(namespaces "$cluster")" ] || die "a fake cluster named '$cluster' is already up"
@@ -151,7 +167,7 @@ cmd_up() {
     ip -n "$ns" addr add "$kSubnet.$((i + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
     if [ -n "$rate" ]; then
-      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms ||
+      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms ||
         die "tc could not shape host $i's link to '$rate' (tc rates look like 1gbit or 200mbit)"
     fi
     if [ -n "$hosts_file" ]; then
@@ -202,7 +218,7 @@ main() {
     hosts) pick_cluster; hosts_of "$cluster" ;;
     cut) pick_cluster; ip -n "$(host_ns "${1:-}")" link set eth0 down ;;
     mend) pick_cluster; ip -n "$(host_ns "${1:-}")" link set eth0 up ;;
-    stop) pick_cluster; kill_namespace "$(host_ns "${1:-}")" ;;
+    stop) pick_cluster; kill_namespace "$(host_ns "${1:-}")" "${2:-}" ;;
     list) clusters ;;
     -h | --help | help) usage 0 ;;
     *) die "unknown command '$command' (up, down, exec, addr, hosts, cut, mend, stop, list)" ;;

@@ -1,5 +1,6 @@
 #include "train.hpp"
 
+#include <layers/bucket_json.hpp>
 #include <layers/cnn.hpp>
 #include <layers/dataset.hpp>
 #include <layers/images.hpp>
@@ -356,12 +357,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["samples_per_second"] = result.samples_per_second;
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
-  out["buckets"] = {{"automatic", result.buckets.automatic},
-                    {"alpha_us", result.buckets.link.alpha_us},
-                    {"bytes_per_us", result.buckets.link.bytes_per_us},
-                    {"first_bytes", result.buckets.first_bytes},
-                    {"middle_bytes", result.buckets.middle_bytes},
-                    {"last_bytes", result.buckets.last_bytes}};
+  out["buckets"] = layers::bucket_json(result.buckets);
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
                     {"hidden", options.hidden},             {"layers", options.layers},

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -82,7 +83,8 @@ class CommContext {
   mutable std::mutex mutex_;
   std::string abort_reason_;
   std::function<void()> backend_abort_;
-  std::vector<std::shared_ptr<WorkState>> works_;
+  std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
+  std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
 };
 
 /// Reads each member's published progress and names those that had not reached `sequence`.

@@ -18,7 +18,7 @@ declare -A node_pid node_ended
 
 cleanup() {
   [ -z "${COHORT_FAKE_CLUSTER:-}" ] || "$fake_cluster" down -c "$COHORT_FAKE_CLUSTER" || true
-  rm -rf "$work"
+  [ -n "${COHORT_KEEP_WORK:-}" ] || rm -rf "$work"
 }
 trap 'status=$?; cleanup; exit $status' EXIT
 trap 'exit 130' INT TERM HUP
