@@ -11,6 +11,7 @@
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
+#include <cohort/memory/memory_estimate.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -358,6 +359,17 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(
       memory->device() == s.device || (s.device.is_host() && memory->host_accessible()),
       "DataParallel: the memory resource " + memory->name() + " is not on " + s.device.to_string());
+  {
+    // Refused here, with what was needed, rather than by the kernel's OOM killer mid-allocation.
+    const std::size_t arena = s.plan.arena_bytes();
+    std::size_t needed = (own_params ? 0 : arena) + (own_grads ? 0 : arena);
+    if (s.options.compression != Compression::none) {
+      needed += s.plan.arena_count * size_of(s.wire_dtype);
+    }
+    check_memory_fits(memory->device(), needed,
+                      "DataParallel's parameter, gradient and wire buffers (an arena of " +
+                          std::to_string(s.plan.arena_count) + " elements)");
+  }
   if (own_params) {
     s.param_data = own_params->data();
   } else {

@@ -39,6 +39,23 @@ inline ::testing::AssertionResult contains(const std::string& text, const std::s
   return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
 }
 
+/// Waits for `event` to become true (checked every millisecond), for `deadline` at most: tests
+/// wait for the event they need (a client blocked in the store, a bucket reduced) instead of
+/// sleeping and hoping it happened. A failure names `what` when the deadline passes first.
+template <typename Event>
+::testing::AssertionResult wait_until(Event&& event, const std::string& what,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  const auto start = Clock::now();
+  while (!event()) {
+    if (Clock::now() - start > deadline) {
+      return ::testing::AssertionFailure()
+             << what << " did not happen within " << deadline.count() << " ms";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// The message of the `E` that `action` throws; a test failure when it throws nothing or another
 /// type.
 template <typename E, typename Action>
