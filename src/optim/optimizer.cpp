@@ -230,6 +230,7 @@ void OptimizerImpl::step() {
   grads_reduced_ = false;
   stats_ready_ = false;
   clip_max_norm_ = 0.0f;
+  detail::label_host_work(stream, "the optimizer's step()");  // Note [Unwaited host work]
 }
 
 float OptimizerImpl::read_grad_norm() const {
