@@ -65,15 +65,16 @@ pick_cluster() {
       die "several fake clusters are up ($(tr '\n' ' ' <<<"$all")): name one with -c NAME"
     cluster=$all
   fi
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$kPrefix-$cluster-sw" ||
-    die "no fake cluster named '$cluster' is up"
+  [ -e "/run/netns/$kPrefix-$cluster-sw" ] || die "no fake cluster named '$cluster' is up"
 }
 
 host_ns() {  # host_ns I: host I's namespace, checked
   local i=$1
   [[ "$i" =~ ^[0-9]+$ ]] || die "'$i' is not a host number"
   local ns=$kPrefix-$cluster-h$i
-  ip netns list | awk '{print $1}' | grep -qx "$ns" ||
+  # /run/netns, not `ip netns list`: that one queries every namespace and complains about
+  # those another cluster is removing at the same time.
+  [ -e "/run/netns/$ns" ] ||
     die "cluster '$cluster' has no host $i (hosts 0 to $(($(hosts_of "$cluster") - 1)))"
   echo "$ns"
 }

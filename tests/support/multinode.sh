@@ -25,7 +25,11 @@ trap 'exit 130' INT TERM HUP
 
 cluster_up() {
   local output status
-  output=$("$fake_cluster" up "$@" 2>"$work/up.err")
+  # Named before it exists, so that the trap removes it even when the test is killed while
+  # `up` runs.
+  export COHORT_FAKE_CLUSTER
+  COHORT_FAKE_CLUSTER=$(printf 't%d%04x' "$$" "$RANDOM" | cut -c 1-20)
+  output=$("$fake_cluster" up "$@" -c "$COHORT_FAKE_CLUSTER" 2>"$work/up.err")
   status=$?
   if [ $status -eq 77 ]; then
     cat "$work/up.err"
