@@ -22,6 +22,7 @@ sanitizers=${COHORT_TEST_SANITIZERS:-0}
 fuzz=${COHORT_TEST_FUZZ:-$([ "$ci" = true ] && echo 1 || echo 0)}
 
 ensure_packages
+ensure_munge_key
 find_cuda
 preset=$(choose_preset ci)
 # (run_stage runs it in a context where set -e does not apply: every step checks itself.)

@@ -3,8 +3,8 @@
 #include "cli.hpp"
 
 #include <cohort/checkpoint/preemption.hpp>
-
 #include <cohort/comm/world.hpp>
+#include <cohort/launch/launch_info.hpp>
 
 #include <CLI/CLI.hpp>
 #include <cli_checks.hpp>
@@ -112,6 +112,7 @@ int run_cli(int argc, char** argv, Model model) {
     return 0;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s: %s\n", name, error.what());
+    cohort::record_failure(std::string(name) + ": " + error.what());  // torchrun's summary
     return 1;
   }
 }

@@ -9,6 +9,7 @@ cohort_packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
+  slurmctld slurmd slurm-client munge
 )
 
 # Installs whichever of the given packages (default: cohort_packages) are missing. Idempotent:
@@ -40,6 +41,43 @@ ensure_packages() {
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
+}
+
+# The launch tests start a one-node Slurm cluster, which authenticates through munge: give the
+# machine a munge key when the package left none (its postinst cannot always make one). Root only;
+# elsewhere the Slurm test skips and says why.
+ensure_munge_key() {
+  [ "$(id -u)" -eq 0 ] || return 0
+  [ -f /etc/munge/munge.key ] && return 0
+  command -v mungekey >/dev/null 2>&1 || return 0
+  mungekey --create --keyfile /etc/munge/munge.key
+  chown munge:munge /etc/munge/munge.key
+  chmod 600 /etc/munge/munge.key
+}
+
+# ensure_torch_venv FOLDER: a Python virtual environment in FOLDER (under the build folder) with
+# PyTorch from PyPI, for the torchrun launch tests; prints FOLDER/bin/python. Idempotent: nothing
+# is installed when torchrun already imports there. The PyPI wheel is a CUDA build: first only
+# torch and the packages torch.distributed.run imports (its CUDA libraries load where a CUDA 13
+# toolkit is on the loader path), and when that does not import, the whole wheel with its
+# dependencies (about 5 GB).
+ensure_torch_venv() {
+  local folder=$1
+  local python=$folder/bin/python
+  local probe=(-c 'import torch.distributed.run')
+  if [ -x "$python" ] && "$python" "${probe[@]}" >/dev/null 2>&1; then
+    echo "$python"
+    return 0
+  fi
+  python3 -m venv "$folder" >&2 || return 1
+  "$python" -m pip install -q --no-deps torch filelock typing-extensions sympy mpmath networkx \
+    jinja2 markupsafe fsspec numpy nvidia-cufile nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 \
+    nvidia-nccl-cu13 >&2 || return 1
+  if ! "$python" "${probe[@]}" >/dev/null 2>&1; then
+    "$python" -m pip install -q torch >&2 || return 1
+    "$python" "${probe[@]}" >&2 || return 1
+  fi
+  echo "$python"
 }
 
 # Puts the CUDA toolkit on PATH when it is installed in the usual place but not on PATH.

@@ -433,6 +433,12 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
 
   info.master_port = read_port(env);
   info.store_is_external = env::boolean(lookup, env::kStoreExternal);
+  // torchrun writes "True"; read as a switch so that any spelling of true counts.
+  info.torch_agent_store = info.launcher == Launcher::torchrun &&
+                           env::boolean(lookup, "TORCHELASTIC_USE_AGENT_STORE");
+  if (auto restarts = env.first_integer({env::kRestartCount, "TORCHELASTIC_RESTART_COUNT"})) {
+    info.restart_count = restarts->value;
+  }
   const bool several_nodes = info.num_nodes > 1 || info.local_world_size < info.world_size;
   if (auto address = env.first_text({env::kMasterAddr, "MASTER_ADDR"})) {
     info.master_addr = *address;
