@@ -12,6 +12,11 @@
 // ratio column is cohort's busbw over the raw backend's: the median, over iterations, of each
 // in-place operation's time against the raw one that ran right after it.
 // busbw = algbw x 2(n-1)/n, as nccl-tests defines it; GB/s are 1e9 bytes per second.
+// Both paths are timed alike: enqueue, then the stream synchronized (cudaStreamSynchronize on
+// GPUs); cohort's Work is collected only after that, so its poll interval is not timed.
+// --issue-cost N first times the host cost of issuing one small all-reduce (the call alone, no
+// synchronization; medians of N) through cohort and raw, and counts the threads the system
+// created meanwhile (/proc/stat "processes"), to show whether a collective starts a thread.
 // The transport column is the communicator's backend (shm, gloo, hierarchical or nccl); the raw
 // column exists for gloo and nccl. On the host, the memcpy column is the median time of every
 // rank copying the same bytes at once: the memory-bandwidth ceiling an all-reduce cannot beat.
@@ -42,6 +47,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -67,7 +73,23 @@ struct Options {
   int ranks = 0;  // host ranks as threads when not launched by a launcher
   std::string transport;  // host transport: shm, gloo or auto (unset: COHORT_HOST_TRANSPORT)
   std::string json;
+  int issue_cost = 0;  // iterations of the host-cost measurement; 0: none
 };
+
+/// Threads and processes the system has created since boot (/proc/stat), or -1.
+long long clones_since_boot() {
+  std::ifstream stat("/proc/stat");
+  std::string key;
+  long long value = -1;
+  while (stat >> key) {
+    if (key == "processes") {
+      stat >> value;
+      return value;
+    }
+    stat.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
 
 namespace cli = cohort::cli;
 
@@ -227,7 +249,14 @@ class RawBackend {
   RawBackend(cohort::Communicator& comm, cohort::DType dtype, cohort::ReduceOp op)
       : comm_(comm), dtype_(dtype), op_(op) {}
 
+  /// Enqueues the all-reduce and waits for it: cudaStreamSynchronize on GPUs.
   void all_reduce(void* data, std::size_t count, const cohort::Stream& stream) {
+    enqueue(data, count, stream);
+    stream.synchronize();
+  }
+
+  /// Issues the all-reduce (on the host backend: runs it).
+  void enqueue(void* data, std::size_t count, const cohort::Stream& stream) {
     if (comm_.backend() == cohort::Backend::gloo) {
       auto* context = static_cast<gloo::Context*>(comm_.native_handle());
       std::shared_ptr<gloo::Context> shared(std::shared_ptr<gloo::Context>(), context);
@@ -263,7 +292,6 @@ class RawBackend {
     }
     COHORT_CHECK(result == ncclSuccess, cohort::NcclError,
                  std::string("raw ncclAllReduce failed: ") + ncclGetErrorString(result));
-    cudaStreamSynchronize(cuda_stream);
 #else
     (void)stream;
 #endif
@@ -297,6 +325,53 @@ double mean_over_ranks(cohort::World& world, const std::string& key, double valu
   return sum / world.size();
 }
 
+/// --issue-cost: the host time of issuing one all-reduce of 4 floats, cohort against raw.
+/// `raw`: the backend's own library, or null where there is none (shared memory).
+void report_issue_cost(cohort::World& world, RawBackend* raw, const cohort::Stream& stream,
+                       int iterations) {
+  Memory buffer(world.device(), 4 * sizeof(float));
+  buffer.upload(pattern(cohort::DType::f32, world.rank(), 4));
+  const auto view = cohort::TensorView(buffer.data(), 4, cohort::DType::f32, world.device());
+  std::vector<double> cohort_us, raw_us;
+  const long long clones_before = clones_since_boot();
+  for (int i = 0; i < iterations + 5; ++i) {
+    auto start = Clock::now();
+    const cohort::Work work = world.comm().all_reduce(view, cohort::ReduceOp::sum, stream);
+    const double issued = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    stream.synchronize();
+    work.wait();
+    double raw_issued = 0.0;
+    if (raw != nullptr) {
+      start = Clock::now();
+      raw->enqueue(buffer.data(), 4, stream);
+      raw_issued = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      stream.synchronize();
+    }
+    if (i >= 5) {  // the first ones connect and warm up
+      cohort_us.push_back(issued);
+      raw_us.push_back(raw_issued);
+    }
+  }
+  const long long clones = clones_since_boot() - clones_before;
+  const double cohort_median = mean_over_ranks(world, "issue/cohort", median(cohort_us));
+  const std::string backend(to_string(world.comm().backend()));
+  std::string raw_text = "raw: none for " + backend;
+  if (raw != nullptr) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "raw %s %.2f us", backend.c_str(),
+                  mean_over_ranks(world, "issue/raw", median(raw_us)));
+    raw_text = text;
+  }
+  const double collectives = (raw != nullptr ? 2.0 : 1.0) * (iterations + 5);
+  if (world.rank() == 0) {
+    std::printf("# host cost of issuing one all-reduce of 4 floats (median of %d, mean over "
+                "ranks): cohort %.2f us, %s; threads created system-wide per collective on "
+                "rank 0: %.2f\n",
+                iterations, cohort_median, raw_text.c_str(),
+                clones < 0 ? -1.0 : static_cast<double>(clones) / collectives);
+  }
+}
+
 int run(cohort::World& world, const Options& options) {
   const auto dtype = cohort::parse_dtype(options.dtype);
   COHORT_EXPECTS(dtype.has_value(), "-d " + options.dtype + ": not a dtype (float, half, ...)");
@@ -322,6 +397,13 @@ int run(cohort::World& world, const Options& options) {
   const std::string transport(to_string(comm.backend()));
   const bool host = world.device().is_host();
   RawBackend raw(comm, *dtype, op);
+  if (options.issue_cost > 0) {
+    // The backend called directly exists for NCCL and Gloo only (as raw_supported below).
+    const bool has_raw =
+        comm.backend() == cohort::Backend::nccl || comm.backend() == cohort::Backend::gloo;
+    RawBackend raw_f32(comm, cohort::DType::f32, cohort::ReduceOp::sum);
+    report_issue_cost(world, has_raw ? &raw_f32 : nullptr, stream, options.issue_cost);
+  }
 
   if (leader) {
     std::printf("# cohort allreduce_bench: %d ranks on %s (%s), %s; cohort %s\n", n,
@@ -363,12 +445,14 @@ int run(cohort::World& world, const Options& options) {
       return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     };
     auto cohort_oop = [&] {
-      comm.all_reduce(in_view, out_view, op, stream).wait();
+      const cohort::Work work = comm.all_reduce(in_view, out_view, op, stream);
       stream.synchronize();
+      work.wait();  // finished by now: only collects an error
     };
     auto cohort_ip = [&] {
-      comm.all_reduce(out_view, op, stream).wait();
+      const cohort::Work work = comm.all_reduce(out_view, op, stream);
       stream.synchronize();
+      work.wait();
     };
     auto raw_ip = [&] { raw.all_reduce(output.data(), row.count, stream); };
     // The memory-bandwidth ceiling: every rank copies the same bytes at once (host only).
@@ -502,6 +586,9 @@ int main(int argc, char** argv) {
   app.add_option("--transport", options.transport,
                  "host transport: shm, gloo or auto (default: COHORT_HOST_TRANSPORT, else auto)")
       ->check(CLI::IsMember({"shm", "gloo", "auto"}));
+  app.add_option("--issue-cost", options.issue_cost,
+                 "first time the host cost of issuing a small all-reduce, this many times")
+      ->check(cli::whole(0, 1e7));
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -1,7 +1,7 @@
 // The CUDA launches of the kernels: the functors of optimizer_math.hpp over device arrays, with
 // 16-byte loads for f32 arrays (8-byte for 16-bit ones) when every array is aligned, a
-// grid-stride loop, and a grid sized to the device (a few blocks per SM). Everything CUDA-side of
-// the kernels is in this one file: nvcc is slow, and the kernels share their helpers.
+// grid-stride loop, and a grid sized by the kernel's occupancy (Note [Grid size]). Everything
+// CUDA-side of the kernels is in this one file: nvcc is slow, and the kernels share their helpers.
 //
 // Callers make the stream's device current before calling (the optimizer does).
 
@@ -26,7 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr std::size_t kVector = 4;  // elements per vector access
-constexpr int kBlocksPerSm = 2048 / kThreads;
 
 // ---- conversions (CUDA's intrinsics; bit-identical to cohort::half and cohort::bfloat16) ----
 
@@ -86,10 +85,16 @@ bool vector_aligned(const T* pointer) {
   return reinterpret_cast<std::uintptr_t>(pointer) % (kVector * sizeof(T)) == 0;
 }
 
-int multiprocessor_count() {
-  static std::array<std::atomic<int>, 64> cache{};
-  int device = 0;
-  COHORT_CUDA_TRY(cudaGetDevice(&device));
+// Note [Grid size]
+// A grid-stride kernel needs just enough blocks to fill the device once: as many as can be
+// resident at the same time. That number depends on the kernel (its registers and shared
+// memory: the AdamW steps need 40-44 registers, which leaves room for 5-6 blocks of 256 threads
+// per sm_90 SM, not the 8 a register-light kernel gets), so it is asked of the occupancy API for
+// each kernel, once per device, and cached.
+constexpr int kMaxDevices = 64;
+
+int multiprocessor_count(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
   auto& slot = cache.at(static_cast<std::size_t>(device));
   int count = slot.load(std::memory_order_relaxed);
   if (count == 0) {
@@ -99,12 +104,46 @@ int multiprocessor_count() {
   return count;
 }
 
-/// Enough blocks for `work_items` threads, at most a few per SM (the loops are grid-stride).
+/// Enough blocks of `Kernel` for `work_items` threads, at most as many as can be resident on the
+/// current device at once (the loops are grid-stride).
+template <auto Kernel>
 unsigned grid_for(std::size_t work_items) {
+  static std::array<std::atomic<int>, kMaxDevices> resident_per_sm{};
+  int device = 0;
+  COHORT_CUDA_TRY(cudaGetDevice(&device));
+  auto& slot = resident_per_sm.at(static_cast<std::size_t>(device));
+  int per_sm = slot.load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    COHORT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, 0));
+    per_sm = per_sm > 0 ? per_sm : 1;
+    slot.store(per_sm, std::memory_order_relaxed);
+  }
   const std::size_t wanted = (work_items + kThreads - 1) / kThreads;
-  const auto limit = static_cast<std::size_t>(multiprocessor_count() * kBlocksPerSm);
+  const auto limit = static_cast<std::size_t>(multiprocessor_count(device)) *
+                     static_cast<std::size_t>(per_sm);
   const std::size_t blocks = wanted < limit ? wanted : limit;
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
+}
+
+// Note [Launch errors]
+// A launch is checked by the status cudaLaunchKernelEx returns for it, never by
+// cudaGetLastError afterwards: that returns (and clears) whatever error any earlier call left
+// pending, so an ignored out-of-memory elsewhere would be reported as this kernel's failure.
+/// Launches `Kernel` on `grid` blocks of `block` threads on `stream`; throws CudaError naming
+/// `name`.
+template <auto Kernel, typename... Args>
+void launch(const char* name, unsigned grid, unsigned block, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.stream = stream;
+  const cudaError_t status = cudaLaunchKernelEx(&config, Kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // this launch's own error, which the runtime also left pending
+    COHORT_FAIL(CudaError, std::string("launching ") + name + ": " +
+                               ::cohort::detail::describe_cuda_error("cudaLaunchKernelEx", status));
+  }
 }
 
 // ---- the fused optimizer step ----
@@ -181,10 +220,9 @@ void launch_step(const StepArrays& arrays, Update update, const StepScalars* sca
                           vector_aligned(arrays.master) && vector_aligned(arrays.state0) &&
                           vector_aligned(arrays.state1);
   const std::size_t work = vectorized ? count / kVector + count % kVector : count;
-  step_kernel<<<grid_for(work), kThreads, 0, stream>>>(params, grads, arrays.master,
-                                                       arrays.state0, arrays.state1, count,
-                                                       vectorized, update, scalars);
-  COHORT_CUDA_TRY(cudaGetLastError());
+  constexpr auto kernel = step_kernel<Update, Param, Grad>;
+  launch<kernel>("the optimizer step", grid_for<kernel>(work), kThreads, stream, params, grads,
+                 arrays.master, arrays.state0, arrays.state1, count, vectorized, update, scalars);
 }
 
 // ---- gradient statistics: sum of squares of finite values, count of the others ----
@@ -234,12 +272,21 @@ __global__ void prepare_kernel(StepScalars* scalars, LossScalerState* scaler, Pr
   prepare_step(*scalars, scaler, args);
 }
 
+/// `to[i] = from[i]` converted, 4 elements per access when both arrays are vector-aligned. The
+/// one cast kernel: the optimizers' master-weight copies and the wire compression of
+/// DataParallel's buckets both use it.
 template <typename From, typename To>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(const From* from, To* to, std::size_t count) {
+    cast_kernel(const From* from, To* to, std::size_t count, bool vectorized) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+  const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t groups = vectorized ? count / kVector : 0;
+  for (std::size_t group = thread; group < groups; group += stride) {
+    float values[kVector];
+    load4(from, group * kVector, values);
+    store4(to, group * kVector, values);
+  }
+  for (std::size_t i = groups * kVector + thread; i < count; i += stride) {
     to[i] = from_float<To>(to_float(from[i]));
   }
 }
@@ -277,16 +324,16 @@ void grad_stats(const TensorView& grads, GradStats* stats, void* stream) {
     const std::size_t count = grads.count();
     const bool vectorized = vector_aligned(data);
     const std::size_t work = vectorized ? count / kVector + count % kVector : count;
-    grad_stats_kernel<<<grid_for(work), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        data, count, vectorized, stats);
-    COHORT_CUDA_TRY(cudaGetLastError());
+    constexpr auto kernel = grad_stats_kernel<T>;
+    launch<kernel>("the gradient statistics", grid_for<kernel>(work), kThreads,
+                   static_cast<cudaStream_t>(stream), data, count, vectorized, stats);
   });
 }
 
 void prepare_step(StepScalars* scalars, LossScalerState* scaler, const PrepareArgs& args,
                   void* stream) {
-  prepare_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(scalars, scaler, args);
-  COHORT_CUDA_TRY(cudaGetLastError());
+  launch<prepare_kernel>("the step's scalars", 1, 1, static_cast<cudaStream_t>(stream), scalars,
+                         scaler, args);
 }
 
 void cast(const TensorView& from, const TensorView& to, void* stream) {
@@ -298,9 +345,14 @@ void cast(const TensorView& from, const TensorView& to, void* stream) {
     detail::visit_float_type(to.dtype(), [&](auto to_tag) {
       using From = decltype(from_tag);
       using To = decltype(to_tag);
-      cast_kernel<<<grid_for(from.count()), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<const From*>(from.data()), static_cast<To*>(to.data()), from.count());
-      COHORT_CUDA_TRY(cudaGetLastError());
+      const auto* input = static_cast<const From*>(from.data());
+      auto* output = static_cast<To*>(to.data());
+      const std::size_t count = from.count();
+      const bool vectorized = vector_aligned(input) && vector_aligned(output);
+      const std::size_t work = vectorized ? count / kVector + count % kVector : count;
+      constexpr auto kernel = cast_kernel<From, To>;
+      launch<kernel>("a cast", grid_for<kernel>(work), kThreads, static_cast<cudaStream_t>(stream),
+                     input, output, count, vectorized);
     });
   });
 }

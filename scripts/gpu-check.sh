@@ -1,483 +1,286 @@
 #!/usr/bin/env bash
-# Runs cohort's GPU checks from an existing build folder and writes a short markdown report.
+# Proves cohort's GPU path on a machine with a GPU, in one call of at most 8 minutes, from a bundle
+# that scripts/gpu-bundle.sh made elsewhere (the machine needs only the NVIDIA driver, the CUDA
+# runtime libraries and NCCL, from the system or from Python `nvidia` packages).
 #
-#   scripts/gpu-check.sh                          # build folder build/ci
-#   scripts/gpu-check.sh --build-dir DIR          # a build made elsewhere (for sm_90), not rebuilt
-#   scripts/gpu-check.sh --lib-dir DIR            # shared libraries carried with it (Gloo, ...)
-#   OUT=/tmp/gpu scripts/gpu-check.sh             # report in $OUT/gpu-report.md
+#   scripts/gpu-check.sh --bundle DIR [--out DIR] [--budget SECONDS]
+#   (the bundle carries a copy: DIR/gpu-check.sh --bundle DIR)
 #
-# Steps, each under `timeout`, all within COHORT_GPU_CHECK_BUDGET seconds (default 280):
-#   1. cohort-doctor (text and --json into the report folder);
-#   2. every `gpu`-labelled ctest test;
-#   3. the GPU micro-benchmarks present in the build (benchmarks/memory_bench, optim_bench,
-#      allreduce_bench), with short settings; allreduce_bench under
-#      `cohortrun --nproc-per-node <GPUs>`;
-#   4. two ranks of allreduce_bench on GPU 0, under each lead for multi-rank NCCL on one GPU:
-#      distinct NCCL_HOSTID per rank with NCCL_SOCKET_IFNAME=lo, and NCCL_MULTI_RANK_GPU_ENABLE=1
-#      (NCCL 2.30+). Both set COHORT_ALLOW_SHARED_GPU=1, the hook by which a program lets ranks
-#      share a GPU. The report says which worked; these runs never fail the script.
-#
-# Libraries: CUDA, NCCL, cuBLAS and cuDNN are looked for in Python environments' `nvidia`
-# packages (site-packages/nvidia/*/lib) and CUDA toolkit folders (/usr/local/cuda*/lib64); the
-# build's own lib/ folder or --lib-dir comes first. What is found goes on LD_LIBRARY_PATH.
-# A build configured at another path gets that path linked to it (where nothing is there) for the
-# absolute paths in its ctest files; the links are removed at the end.
-#
-# Benchmark arguments: Google Benchmark programs get a short --benchmark_min_time; others get
-# --quick when their --help offers it. Override with MEMORY_BENCH_ARGS, OPTIM_BENCH_ARGS,
-# ALLREDUCE_BENCH_ARGS.
-#
-# Without a GPU (no nvidia-smi, or cohort-doctor finds none) it says so, runs the doctor anyway
-# and exits 0. With GPUs it exits 1 when a step of 1-3 failed or did not fit in the budget,
-# else 0. Everything a step printed is kept in the report folder beside gpu-report.md.
+# Steps, most important first; each result is appended to OUT/gpu-report.md as it finishes, so a
+# run cut short keeps what ran:
+#   1. cohort-doctor; the CUDA runtime, NCCL and cuBLAS loaded against those compiled against
+#      (another major version: refused, nothing else runs);
+#   2. the GPU tests (ctest -L gpu --no-tests=error; each test program directly without ctest);
+#   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
+#      comm and DDP suites' rank programs (bin/*_gpu_worker), and
+#      train_mlp --precision bf16 --zero1 against the host backend's checksum;
+#   4. the host cost of issuing a collective (allreduce_bench --issue-cost), 2 ranks;
+#   5. optim_bench (with the device copy ceiling), memory_bench (managed prefetched against
+#      cudaMalloc), allreduce_bench, scaling_bench with real compute on one GPU;
+#   6. the same MLP step in PyTorch eager, where python3 has torch;
+#   7. compute-sanitizer memcheck and racecheck on the step kernels, where it is installed.
+# Exits 1, with the reason, when nothing can run (no bundle, no nvidia-smi, GPUs that CUDA cannot
+# use, no GPU test found) or when a required step failed; 0 when every required step passed.
 set -uo pipefail
 
-repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build_dir="$repo_root/build/ci"
-lib_dir=""
+bundle=""
 out_dir="${OUT:-./gpu-check-out}"
-budget="${COHORT_GPU_CHECK_BUDGET:-280}"
-
-usage() {
-  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
-}
-
+budget="${COHORT_GPU_CHECK_BUDGET:-470}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir) build_dir=$2; shift 2 ;;
-    --build-dir=*) build_dir=${1#*=}; shift ;;
-    --lib-dir) lib_dir=$2; shift 2 ;;
-    --lib-dir=*) lib_dir=${1#*=}; shift ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    --bundle) bundle=${2:-}; shift 2 ;;
+    --bundle=*) bundle=${1#*=}; shift ;;
+    --out) out_dir=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
-log() { echo "gpu-check: $*"; }
+log() { echo "gpu-check: $*" >&2; }
+die() {  # die REASON: the check cannot run; says why in the report too
+  log "FAILED: $1"
+  [ -n "${report:-}" ] && printf '\n**Check failed: %s**\n' "$1" >>"$report"
+  exit 1
+}
 
-mkdir -p "$out_dir"
-out_dir=$(cd "$out_dir" && pwd)
+mkdir -p "$out_dir" && out_dir=$(cd "$out_dir" && pwd)
 report="$out_dir/gpu-report.md"
-if [ ! -d "$build_dir" ]; then
-  log "build folder '$build_dir' does not exist (build with: cmake --preset ci && cmake --build --preset ci)"
-  missing_build=1
-else
-  build_dir=$(cd "$build_dir" && pwd)
-  missing_build=0
-fi
+printf '# cohort GPU check\n\n- Date: %s\n- Host: %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+  "$(hostname)" >"$report"
+
+[ -n "$bundle" ] || die "no bundle given: run scripts/gpu-bundle.sh on a build machine and pass --bundle DIR"
+[ -d "$bundle" ] || die "the bundle folder '$bundle' does not exist"
+bundle=$(cd "$bundle" && pwd)
+bin="$bundle/bin"
+[ -x "$bin/cohort-doctor" ] || die "'$bundle' is not a cohort GPU bundle ($bin/cohort-doctor is missing): make one with scripts/gpu-bundle.sh"
+commit=$(sed -n 's/^commit=//p' "$bundle/BUNDLE_INFO" 2>/dev/null)
+echo "- Bundle: \`$bundle\`, cohort commit ${commit:-unknown}" >>"$report"
 start_seconds=$SECONDS
 
-# ---- Shared libraries -----------------------------------------------------------------------
-
+# NVIDIA libraries: the CUDA toolkit's first, then Python `nvidia` packages'; what actually
+# loaded is reported by the doctor and checked against what cohort was compiled with.
 library_dirs=()
-add_library_dir() {
-  local dir=$1 existing
-  [ -d "$dir" ] || return 0
-  compgen -G "$dir/*.so*" >/dev/null || return 0
-  dir=$(realpath "$dir")
-  for existing in "${library_dirs[@]}"; do
-    [ "$existing" = "$dir" ] && return 0
-  done
-  library_dirs+=("$dir")
-}
-
-find_library_dirs() {
-  if [ -n "$lib_dir" ]; then
-    add_library_dir "$lib_dir"
-  fi
-  add_library_dir "$build_dir/lib"
-  local dir
-  if command -v python3 >/dev/null 2>&1; then
-    # The nvidia-* wheels (nvidia-cuda-runtime, nvidia-nccl, nvidia-cublas, nvidia-cudnn...)
-    # share the namespace package `nvidia`, one lib/ folder per wheel.
-    while IFS= read -r dir; do
-      add_library_dir "$dir"
-    done < <(python3 - <<'PY' 2>/dev/null
-import glob, os, site, sys
-roots = []
-try:
-    import nvidia
-    roots += list(nvidia.__path__)
-except Exception:
-    pass
-paths = list(sys.path)
-try:
-    paths += site.getsitepackages() + [site.getusersitepackages()]
-except Exception:
-    pass
-roots += [os.path.join(p, "nvidia") for p in paths]
-for root in roots:
-    for lib in sorted(glob.glob(os.path.join(root, "*", "lib"))):
-        print(lib)
+for dir in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$dir" ] && compgen -G "$dir/lib*.so*" >/dev/null && library_dirs+=("$(realpath "$dir")")
+done
+if command -v python3 >/dev/null 2>&1; then
+  while IFS= read -r dir; do library_dirs+=("$dir"); done < <(python3 - <<'PY' 2>/dev/null
+import glob, os, sys
+for root in sys.path:
+    for lib in sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib"))):
+        print(os.path.realpath(lib))
 PY
 )
-  fi
-  for dir in /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3/dist-packages/nvidia/*/lib \
-             /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-*/lib64 /usr/local/cuda-*/lib \
-             /usr/local/cuda/targets/x86_64-linux/lib; do
-    add_library_dir "$dir"
+fi
+# Libraries the bundle carries packed (lib/NAME.xz, see gpu-bundle.sh), unpacked next to the
+# report; the bundle's lib/ follows them, for their own dependencies.
+if compgen -G "$bundle/lib/*.xz" >/dev/null; then
+  mkdir -p "$out_dir/lib"
+  for packed in "$bundle"/lib/*.xz; do
+    unpacked=${packed##*/}
+    unpacked="$out_dir/lib/${unpacked%.xz}"
+    [ -s "$unpacked" ] && continue
+    if command -v xz >/dev/null 2>&1; then
+      xz -dc "$packed" >"$unpacked.part"
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$packed" "$unpacked.part"
+    fi || die "cannot unpack $packed (neither xz nor python3's lzma worked)"
+    mv "$unpacked.part" "$unpacked"
   done
-}
-
-find_library_dirs
+  library_dirs=("$out_dir/lib" "$bundle/lib" "${library_dirs[@]}")
+fi
 if [ ${#library_dirs[@]} -gt 0 ]; then
-  joined=$(IFS=:; echo "${library_dirs[*]}")
-  export LD_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-log "library folders put on LD_LIBRARY_PATH (${#library_dirs[@]}):"
-for dir in "${library_dirs[@]}"; do
-  log "  $dir"
-done
-
-# ---- A build folder configured elsewhere ----------------------------------------------------
-# ctest files name absolute paths. When the build was configured at another path, link that path
-# here (only where nothing exists), and remove the links at the end.
-
-created_links=()
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-  local link
-  for link in "${created_links[@]}"; do
-    [ -L "$link" ] && rm -f "$link"
-  done
-}
-trap cleanup EXIT
-
-link_if_missing() {  # link_if_missing WHAT WANTED ACTUAL
-  local what=$1 wanted=$2 actual=$3
-  [ -n "$wanted" ] || return 0
-  [ "$(realpath -m "$wanted")" = "$(realpath "$actual")" ] && return 0
-  if [ -e "$wanted" ]; then
-    log "note: the $what was at $wanted when configured, which exists here (not $actual); ctest uses it"
-    return 0
-  fi
-  if mkdir -p "$(dirname "$wanted")" 2>/dev/null && ln -s "$actual" "$wanted" 2>/dev/null; then
-    created_links+=("$wanted")
-    log "the $what was at $wanted when configured: linked it to $actual for ctest"
-  else
-    log "warning: the $what was at $wanted when configured and cannot be linked here; ctest may not find its tests"
-  fi
-}
-
-cache_value() {
-  sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" 2>/dev/null | head -n 1
-}
-
-if [ "$missing_build" = 0 ] && [ -f "$build_dir/CMakeCache.txt" ]; then
-  link_if_missing "build folder" "$(cache_value CMAKE_CACHEFILE_DIR)" "$build_dir"
-  link_if_missing "source folder" "$(cache_value CMAKE_HOME_DIRECTORY)" "$repo_root"
+  LD_LIBRARY_PATH="$(IFS=:; echo "${library_dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
 fi
 
-# ---- Steps ------------------------------------------------------------------------------------
-
-step_names=()
-step_results=()
-step_seconds=()
-step_notes=()
-step_logs=()
+# ---- results, appended as they come ---------------------------------------------------------
 required_failed=0
-shared_names=()   # the multi-rank-on-one-GPU settings tried, their results and first errors
-shared_results=()
-shared_notes=()
-
-record() {
-  step_names+=("$1"); step_results+=("$2"); step_seconds+=("$3"); step_notes+=("$4"); step_logs+=("$5")
+context=""  # "card, driver, CUDA, NCCL, cohort commit": every number names it
+section() { printf '\n## %s\n\n' "$1" >>"$report"; }
+result() {  # result NAME PASS|FAIL|SKIP|TIMEOUT NOTE
+  printf -- '- **%s** %s%s\n' "$2" "$1" "${3:+: $3}" >>"$report"
+  log "$1: $2${3:+ ($3)}"
 }
-
-# run_step NAME LIMIT LOG REQUIRED COMMAND...: runs COMMAND under timeout, output in LOG.
-# Sets last_status (0 pass, else the exit status; 124 timeout; -1 skipped).
-run_step() {
-  local name=$1 limit=$2 log_file=$3 required=$4
+quote() {  # quote FILE [LINES]: the file's tail as a code block
+  printf '```\n' >>"$report"
+  tail -n "${2:-20}" "$1" >>"$report"
+  printf '```\n' >>"$report"
+}
+# step NAME LIMIT REQUIRED LOG COMMAND...: runs COMMAND under timeout, records the result.
+step() {
+  local name=$1 limit=$2 required=$3 log_file=$4
   shift 4
   local remaining=$((budget - (SECONDS - start_seconds)))
-  if [ "$remaining" -lt 15 ]; then
-    record "$name" "SKIP" 0 "time budget of ${budget}s spent" ""
-    [ "$required" = "required" ] && required_failed=1
-    last_status=-1
-    return 0
+  if [ "$remaining" -lt 10 ]; then
+    result "$name" SKIP "the ${budget}s budget is spent"
+    [ "$required" = required ] && required_failed=1
+    return 1
   fi
   [ "$limit" -gt "$remaining" ] && limit=$remaining
-  log "running $name (at most ${limit}s)"
-  local began=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" >"$log_file" 2>&1
-  last_status=$?
+  local began=$SECONDS status
+  timeout --kill-after=5 "$limit" "$@" >"$log_file" 2>&1
+  status=$?
   local took=$((SECONDS - began))
-  local result
-  case $last_status in
-    0) result="PASS" ;;
-    124|137) result="TIMEOUT"; last_status=124 ;;
-    *) result="FAIL" ;;
-  esac
-  if [ "$result" != "PASS" ] && [ "$required" = "required" ]; then
-    required_failed=1
+  if [ $status -eq 0 ]; then
+    result "$name" PASS "${took}s"
+    return 0
   fi
-  local note="exit $last_status"
-  [ "$result" = "TIMEOUT" ] && note="killed after ${limit}s"
-  [ "$result" = "PASS" ] && note=""
-  record "$name" "$result" "$took" "$note" "$log_file"
-  log "  $name: $result (${took}s)"
-}
-
-# Appends to the last step's note.
-note_last() {
-  local index=$((${#step_notes[@]} - 1))
-  step_notes[index]="${step_notes[index]:+${step_notes[index]}; }$1"
-}
-
-json_get() {  # json_get FILE PYTHON-SUBSCRIPT, e.g. '["gpu_count"]'
-  python3 -c 'import json, sys
-value = json.load(open(sys.argv[1]))
-for key in json.loads(sys.argv[2]):
-    value = value[key] if value is not None else None
-print("" if value is None else value)' "$1" "$2" 2>/dev/null
-}
-
-# The arguments for benchmark NAME (program PATH): the override variable, else short settings.
-bench_args() {
-  local name=$1 path=$2 override_name help
-  override_name="$(echo "$name" | tr '[:lower:]' '[:upper:]')_ARGS"
-  if [ -n "${!override_name+set}" ]; then
-    echo "${!override_name}"
-    return
-  fi
-  help=$(timeout 20 "$path" --help 2>&1)
-  if grep -q "benchmark_min_time" <<<"$help"; then
-    if [ "$name" = "memory_bench" ]; then
-      echo "--benchmark_filter=Stream --benchmark_min_time=0.05 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true"
-    else
-      echo "--benchmark_min_time=0.05 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true"
-    fi
-  elif grep -q -- "--quick" <<<"$help"; then
-    echo "--quick"
-  fi
-}
-
-bench_lines() {  # the lines of a benchmark log worth quoting
-  grep -E "(median|/s|GB|bytes|busbw|algbw|items)" "$1" | grep -v -E "^\s*$" | tail -n 25
-}
-
-# ---- 1. The doctor ----------------------------------------------------------------------------
-
-doctor="$build_dir/tools/cohort-doctor/cohort-doctor"
-doctor_json="$out_dir/doctor.json"
-doctor_gpus=""
-if [ -x "$doctor" ]; then
-  if ldd "$doctor" 2>/dev/null | grep -q "not found"; then
-    log "cohort-doctor misses libraries: $(ldd "$doctor" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')"
-  fi
-  run_step "cohort-doctor" 60 "$out_dir/doctor.txt" required "$doctor"
-  # The JSON file gets stdout alone; stderr goes to the step's log.
-  # shellcheck disable=SC2016  # expanded by the inner shell
-  run_step "cohort-doctor --json" 60 "$out_dir/doctor-json.log" required \
-    bash -c '"$0" --json >"$1"' "$doctor" "$doctor_json"
-  doctor_gpus=$(json_get "$doctor_json" '["gpu_count"]')
-  [ -f "$out_dir/doctor.txt" ] && cat "$out_dir/doctor.txt"
-else
-  record "cohort-doctor" "SKIP" 0 "not built: $doctor is missing" ""
-fi
-
-# ---- Is there a GPU? --------------------------------------------------------------------------
-
-gpu_table=""
-no_gpu_reason=""
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  no_gpu_reason="nvidia-smi is not installed"
-  if [ "$doctor_gpus" = "0" ]; then
-    no_gpu_reason+="; cohort-doctor: $(json_get "$doctor_json" '["gpu_unavailable_reason"]')"
-  fi
-elif [ "$doctor_gpus" = "0" ]; then
-  no_gpu_reason="cohort-doctor finds no GPU: $(json_get "$doctor_json" '["gpu_unavailable_reason"]')"
-else
-  gpu_table=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id \
-                --format=csv,noheader 2>/dev/null)
-  [ -n "$gpu_table" ] || no_gpu_reason="nvidia-smi lists no GPU"
-fi
-gpu_count=${doctor_gpus:-$(printf '%s\n' "$gpu_table" | grep -c .)}
-
-# ---- 2. GPU tests -----------------------------------------------------------------------------
-
-if [ -z "$no_gpu_reason" ]; then
-  if [ "$missing_build" = 0 ]; then
-    run_step "ctest -L gpu" 150 "$out_dir/ctest-gpu.log" required \
-      ctest --test-dir "$build_dir" -L gpu --output-on-failure
-    summary=$(grep -E "tests passed|No tests were found" "$out_dir/ctest-gpu.log" 2>/dev/null | tail -n 1)
-    skipped=$(grep -c -- "\*\*\*Skipped\| Skipped " "$out_dir/ctest-gpu.log" 2>/dev/null)
-    note_last "${summary:-no summary}${skipped:+, $skipped skipped}"
+  if [ $status -eq 124 ] || [ $status -eq 137 ]; then
+    result "$name" TIMEOUT "killed after ${limit}s"
   else
-    record "ctest -L gpu" "SKIP" 0 "no build folder" ""
+    result "$name" FAIL "exit $status after ${took}s"
   fi
+  quote "$log_file" 25
+  [ "$required" = required ] && required_failed=1
+  return 1
+}
 
-  # ---- 3. Benchmarks --------------------------------------------------------------------------
-
-  cohortrun="$build_dir/tools/cohortrun/cohortrun"
-
-  for bench in memory_bench optim_bench allreduce_bench; do
-    path="$build_dir/benchmarks/$bench"
-    if [ ! -x "$path" ]; then
-      record "$bench" "SKIP" 0 "not in this build" ""
-      continue
-    fi
-    read -r -a args <<<"$(bench_args "$bench" "$path")"
-    if [ "$bench" = "allreduce_bench" ]; then
-      if [ ! -x "$cohortrun" ]; then
-        record "$bench" "SKIP" 0 "cohortrun is not in this build" ""
-        continue
-      fi
-      run_step "$bench (cohortrun, $gpu_count GPU ranks)" 120 "$out_dir/$bench.log" required \
-        "$cohortrun" --nproc-per-node "$gpu_count" "$path" "${args[@]}"
-    else
-      run_step "$bench" 90 "$out_dir/$bench.log" required "$path" "${args[@]}"
-    fi
-    note_last "args: ${args[*]:-none}"
-  done
-
-  # ---- 4. Several ranks on one GPU ------------------------------------------------------------
-
-  allreduce="$build_dir/benchmarks/allreduce_bench"
-  nccl_loaded=$(json_get "$doctor_json" '["versions", "nccl", "loaded"]')
-  if [ -x "$allreduce" ] && [ -x "$cohortrun" ]; then
-    read -r -a args <<<"$(bench_args allreduce_bench "$allreduce")"
-    try_shared() {  # try_shared LABEL LOG ENV... : two ranks of allreduce_bench on GPU 0
-      local label=$1 log_file=$2
-      shift 2
-      run_step "2 ranks on GPU 0: $label" 60 "$log_file" optional \
-        env CUDA_VISIBLE_DEVICES=0 COHORT_ALLOW_SHARED_GPU=1 "$@" \
-        "$cohortrun" --nproc-per-node 2 "${per_rank_wrapper[@]}" "$allreduce" "${args[@]}"
-      local index=$((${#step_results[@]} - 1))
-      shared_names+=("$label")
-      shared_results+=("${step_results[index]}")
-      shared_notes+=("$(grep -m 1 -o -E "Duplicate GPU[^\"]*|Multiple Ranks[^\"]*|[^ ]*Error[^\"]{0,120}" "$log_file" 2>/dev/null | head -n 1)")
-    }
-    per_rank_wrapper=()
-    try_shared "no setting (expected to fail)" "$out_dir/shared-none.log"
-    # Each rank claims its own host, so NCCL does not see two ranks on one GPU of one host; they
-    # then talk through sockets over loopback.
-    # shellcheck disable=SC2016  # expanded by each rank's shell
-    per_rank_wrapper=(bash -c 'NCCL_HOSTID="cohort-gpu-check-rank${COHORT_LOCAL_RANK:-0}" exec "$@"' per-rank)
-    try_shared "NCCL_HOSTID per rank, NCCL_SOCKET_IFNAME=lo" "$out_dir/shared-hostid.log" \
-      NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
-    per_rank_wrapper=()
-    if [ -n "$nccl_loaded" ] && [ "$(printf '%s\n2.30.0\n' "$nccl_loaded" | sort -V | head -n 1)" = "2.30.0" ]; then
-      try_shared "NCCL_MULTI_RANK_GPU_ENABLE=1" "$out_dir/shared-multirank.log" \
-        NCCL_MULTI_RANK_GPU_ENABLE=1
-    else
-      shared_names+=("NCCL_MULTI_RANK_GPU_ENABLE=1")
-      shared_results+=("SKIP")
-      shared_notes+=("needs NCCL 2.30 or newer; loaded: ${nccl_loaded:-unknown}")
-    fi
-  fi
-fi
-
-# ---- Report -----------------------------------------------------------------------------------
-
-total_seconds=$((SECONDS - start_seconds))
-{
-  echo "# cohort GPU check"
-  echo
-  echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "- Host: $(hostname)"
-  if [ -n "$no_gpu_reason" ]; then
-    echo "- GPUs: **none** ($no_gpu_reason). Only the doctor ran."
-  else
-    echo "- GPUs ($gpu_count):"
-    while IFS= read -r row; do
-      [ -n "$row" ] && echo "  - $row"
-    done <<<"$gpu_table"
-    echo "  (index, name, memory, driver, PCI bus)"
-  fi
-  if [ -s "$doctor_json" ]; then
-    version() { local value; value=$(json_get "$doctor_json" "$1"); echo "${value:-none}"; }
-    echo "- From cohort-doctor: CUDA runtime $(version '["versions", "cuda_runtime"]'), driver for CUDA $(version '["versions", "cuda_driver"]'), NCCL $(version '["versions", "nccl", "loaded"]'), cuBLAS $(version '["versions", "cublas", "loaded"]'), cuDNN $(version '["versions", "cudnn", "loaded"]')"
-  fi
-  architectures=$(cache_value CMAKE_CUDA_ARCHITECTURES)
-  build_type=$(cache_value CMAKE_BUILD_TYPE)
-  echo "- Build folder: \`$build_dir\` (build type ${build_type:-unknown}, CUDA architectures ${architectures:-unknown})"
-  echo "- Library folders: ${library_dirs[*]:-none found}"
-  echo "- Total time: ${total_seconds}s (budget ${budget}s)"
-  echo
-  echo "## Steps"
-  echo
-  echo "| step | result | seconds | notes |"
-  echo "|---|---|---|---|"
-  for i in "${!step_names[@]}"; do
-    echo "| ${step_names[i]} | ${step_results[i]} | ${step_seconds[i]} | ${step_notes[i]//|/\\|} |"
-  done
-  if [ "${#shared_names[@]}" -gt 0 ]; then
-    echo
-    echo "## Several NCCL ranks on one GPU"
-    echo
-    echo "Two ranks of allreduce_bench on GPU 0 with COHORT_ALLOW_SHARED_GPU=1 (the hook a program"
-    echo "honours to let ranks share a GPU)."
-    echo
-    echo "| setting | result | first error |"
-    echo "|---|---|---|"
-    worked=()
-    for i in "${!shared_names[@]}"; do
-      echo "| ${shared_names[i]} | ${shared_results[i]} | ${shared_notes[i]//|/\\|} |"
-      [ "${shared_results[i]}" = "PASS" ] && worked+=("${shared_names[i]}")
-    done
-    echo
-    if [ ${#worked[@]} -gt 0 ]; then
-      echo "Worked: ${worked[*]}."
-    else
-      echo "None worked."
-    fi
-  fi
-  numbers_header=0
-  for i in "${!step_names[@]}"; do
-    log_file=${step_logs[i]}
-    case "${step_names[i]}" in
-      memory_bench*|optim_bench*|allreduce_bench*) ;;
-      *) continue ;;
-    esac
-    [ -s "$log_file" ] || continue
-    if [ $numbers_header = 0 ]; then
-      echo
-      echo "## Numbers"
-      numbers_header=1
-    fi
-    echo
-    echo "### ${step_names[i]}"
-    echo
-    echo '```'
-    bench_lines "$log_file" 2>/dev/null || tail -n 25 "$log_file"
-    echo '```'
-  done
-  failures_header=0
-  for i in "${!step_names[@]}"; do
-    case "${step_results[i]}" in FAIL|TIMEOUT) ;; *) continue ;; esac
-    [ -s "${step_logs[i]}" ] || continue
-    if [ $failures_header = 0 ]; then
-      echo
-      echo "## Failures (last 40 lines of each)"
-      failures_header=1
-    fi
-    echo
-    echo "### ${step_names[i]}"
-    echo
-    echo '```'
-    tail -n 40 "${step_logs[i]}"
-    echo '```'
-  done
-  if [ -s "$doctor_json" ]; then
-    echo
-    echo "## cohort-doctor warnings and errors"
-    echo
-    python3 - "$doctor_json" <<'PY' 2>/dev/null || echo "(see doctor.txt)"
+# ---- 1. the machine, the doctor and the versions ---------------------------------------------
+section "1. Machine and versions"
+command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi is not installed: no NVIDIA driver on this machine"
+gpu_table=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1) ||
+  die "nvidia-smi failed: $gpu_table"
+[ -n "$gpu_table" ] || die "nvidia-smi lists no GPU"
+card=$(head -n 1 <<<"$gpu_table" | cut -d, -f2 | sed 's/^ *//')
+driver=$(head -n 1 <<<"$gpu_table" | cut -d, -f4 | sed 's/^ *//')
+echo "- nvidia-smi: $(wc -l <<<"$gpu_table") GPU(s): $(tr '\n' ';' <<<"$gpu_table")" >>"$report"
+step "cohort-doctor" 60 optional "$out_dir/doctor.txt" "$bin/cohort-doctor"
+"$bin/cohort-doctor" --json >"$out_dir/doctor.json" 2>"$out_dir/doctor-json.log"
+json() {  # json KEY...: a value of doctor.json, empty when missing
+  python3 - "$out_dir/doctor.json" "$@" <<'PY' 2>/dev/null
 import json, sys
-findings = [f for f in json.load(open(sys.argv[1]))["findings"] if f["severity"] in ("warn", "error")]
-for f in findings:
-    advice = f" What to do: {f['advice']}" if f["advice"] else ""
-    print(f"- **{f['severity']}** {f['topic']}: {f['message']}.{advice}")
-if not findings:
-    print("none")
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    value = value.get(key) if isinstance(value, dict) else None
+print("" if value is None else value)
 PY
-  fi
-} >"$report"
-
-log "report: $report"
-if [ -n "$no_gpu_reason" ]; then
-  log "no GPU here ($no_gpu_reason); ran the doctor only"
-  exit 0
+}
+[ -s "$out_dir/doctor.json" ] || die "cohort-doctor --json wrote nothing: $(tail -n 3 "$out_dir/doctor-json.log")"
+gpus=$(json gpu_count)
+if [ "${gpus:-0}" = "0" ]; then
+  die "nvidia-smi sees GPUs but CUDA cannot use them: $(json gpu_unavailable_reason) (a driver older than the CUDA runtime needs, or CUDA_VISIBLE_DEVICES)"
 fi
-exit "$required_failed"
+mismatch=""
+echo "- Libraries (loaded / compiled against):" >>"$report"
+for library in "cuda runtime" nccl cublas cudnn; do
+  loaded=$(json versions "$library" loaded)
+  compiled=$(json versions "$library" compiled)
+  echo "  - $library: ${loaded:-none} / ${compiled:-none}" >>"$report"
+  if [ -n "$loaded" ] && [ -n "$compiled" ] && [ "${loaded%%.*}" != "${compiled%%.*}" ]; then
+    mismatch+="$library $loaded loaded but compiled against $compiled; "
+  fi
+done
+[ -z "$mismatch" ] || die "refusing to run with another major version: ${mismatch}put the matching library first on LD_LIBRARY_PATH (now: ${LD_LIBRARY_PATH:-empty})"
+context="$card, driver $driver, CUDA $(json versions "cuda runtime" loaded), NCCL $(json versions nccl loaded), cohort ${commit:-unknown}"
+echo "- Every number below: $context" >>"$report"
+
+# ---- 2. the GPU tests -------------------------------------------------------------------------
+section "2. GPU tests"
+if command -v ctest >/dev/null 2>&1; then
+  step "ctest -L gpu" 240 required "$out_dir/ctest-gpu.log" \
+    ctest --test-dir "$bundle" -L gpu --no-tests=error --output-on-failure
+  grep -E "tests passed|No tests were found" "$out_dir/ctest-gpu.log" | tail -n 1 >>"$report"
+  # One line per test program (the CNN layers' GPU-vs-host test among them), as ctest ended it.
+  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$out_dir/ctest-gpu.log" |
+    sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /  - /; s/ \.{2,}/:/' >>"$report"
+else
+  ran_any=0
+  for test in $(sed -n 's/^gpu_tests=//p' "$bundle/BUNDLE_INFO"); do
+    step "$test" 120 required "$out_dir/$test.log" "$bin/$test" --gtest_brief=1 && ran_any=1
+    grep -q "SKIPPED" "$out_dir/$test.log" && result "$test" FAIL "skipped tests on a GPU machine" && required_failed=1
+  done
+  [ "$ran_any" = 1 ] || die "no GPU test ran (the bundle lists: $(sed -n 's/^gpu_tests=//p' "$bundle/BUNDLE_INFO"))"
+fi
+grep -h "SKIPPED\|Skipped" "$out_dir"/ctest-gpu.log 2>/dev/null | head -n 5 >>"$report"
+
+# ---- 3. two NCCL ranks on one GPU --------------------------------------------------------------
+section "3. Two NCCL ranks on GPU 0 ($context)"
+# Each rank claims a host of its own, so NCCL does not refuse two ranks on one GPU of one host;
+# they talk through sockets over loopback.
+# shellcheck disable=SC2016  # expanded by each rank's shell
+two_ranks=(env CUDA_VISIBLE_DEVICES=0 COHORT_ALLOW_SHARED_GPU=1 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1
+  "$bin/cohortrun" --nproc-per-node 2
+  bash -c 'NCCL_HOSTID="cohort-gpu-check-${COHORT_LOCAL_RANK:-${LOCAL_RANK:-0}}" exec "$@"' rank)
+step "hello_allreduce, 2 ranks" 60 required "$out_dir/hello-2.log" "${two_ranks[@]}" "$bin/hello_allreduce"
+# The rank programs of the comm and DDP GPU suites (ctest above starts them through the tests'
+# process helper; here cohortrun starts them, as a user would).
+for worker in "$bin"/*_gpu_worker; do
+  [ -x "$worker" ] || continue
+  step "$(basename "$worker"), 2 ranks" 90 required "$out_dir/$(basename "$worker")-2.log" "${two_ranks[@]}" "$worker"
+done
+mlp_args=(--precision bf16 --zero1 --steps 20 --global-batch 256 --seed 7)
+step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required "$out_dir/mlp-host.log" \
+  "$bin/train_mlp" --host --ranks 2 "${mlp_args[@]}" --json "$out_dir/mlp-host.json"
+step "train_mlp ${mlp_args[*]}, NCCL, 2 ranks" 90 required "$out_dir/mlp-nccl.log" \
+  "${two_ranks[@]}" "$bin/train_mlp" "${mlp_args[@]}" --json "$out_dir/mlp-nccl.json"
+checksum() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["param_checksum"])' "$1" 2>/dev/null; }
+host_sum=$(checksum "$out_dir/mlp-host.json")
+gpu_sum=$(checksum "$out_dir/mlp-nccl.json")
+if [ -n "$host_sum" ] && [ -n "$gpu_sum" ] &&
+   python3 -c 'import sys; h, g = map(float, sys.argv[1:]); sys.exit(0 if abs(h - g) <= 1e-2 * max(1.0, abs(h)) else 1)' "$host_sum" "$gpu_sum"; then
+  result "train_mlp checksum, NCCL against host" PASS "$gpu_sum against $host_sum (bf16: within 1e-2 relative)"
+else
+  result "train_mlp checksum, NCCL against host" FAIL "NCCL ${gpu_sum:-none} against host ${host_sum:-none}"
+  required_failed=1
+fi
+
+# ---- 4. host cost per collective ----------------------------------------------------------------
+section "4. Host cost of issuing a collective ($context)"
+if step "allreduce_bench --issue-cost, 2 ranks" 60 required "$out_dir/issue-cost.log" \
+     "${two_ranks[@]}" "$bin/allreduce_bench" --issue-cost 2000 -b 8 -e 8 -n 5 -w 2; then
+  grep "host cost" "$out_dir/issue-cost.log" >>"$report"
+fi
+
+# ---- 5. benchmarks ------------------------------------------------------------------------------
+section "5. Benchmarks ($context)"
+gbench=(--benchmark_min_time=0.05s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
+if step "optim_bench" 60 optional "$out_dir/optim_bench.log" "$bin/optim_bench" --benchmark_filter='Cuda|Copy' "${gbench[@]}"; then
+  quote "$out_dir/optim_bench.log" 20
+fi
+if step "memory_bench" 60 optional "$out_dir/memory_bench.log" "$bin/memory_bench" --benchmark_filter='Managed|DeviceMalloc|Ceiling|Stream' "${gbench[@]}"; then
+  quote "$out_dir/memory_bench.log" 20
+fi
+if step "allreduce_bench, 2 ranks" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" -b 1K -e 64M -f 8 -n 10 -w 3; then
+  quote "$out_dir/allreduce_bench.log" 20
+fi
+if step "scaling_bench mlp, real compute, 1 GPU" 90 optional "$out_dir/scaling_bench.log" \
+     "$bin/scaling_bench" --workload mlp --ranks 1 --compute real --steps 20 --warmup 5; then
+  quote "$out_dir/scaling_bench.log" 15
+fi
+
+# ---- 6. the same MLP step in PyTorch ----------------------------------------------------------
+section "6. PyTorch eager, the same MLP step ($context)"
+if command -v python3 >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null &&
+   [ -f "$bundle/torch_mlp_step.py" ]; then
+  step "PyTorch eager MLP step" 90 optional "$out_dir/torch.log" python3 "$bundle/torch_mlp_step.py" &&
+    quote "$out_dir/torch.log" 10
+  grep "samples/s" "$out_dir/scaling_bench.log" 2>/dev/null | tail -n 2 >>"$report"
+else
+  result "PyTorch eager MLP step" SKIP "python3 has no CUDA-enabled torch here (or the bundle lacks torch_mlp_step.py)"
+fi
+
+# ---- 7. compute-sanitizer -----------------------------------------------------------------------
+section "7. compute-sanitizer on the step kernels"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+if [ -n "$sanitizer" ] && [ -x "$bin/test_optim_gpu" ]; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer --tool $tool test_optim_gpu" 90 optional "$out_dir/sanitizer-$tool.log" \
+      "$sanitizer" --tool "$tool" --error-exitcode 3 "$bin/test_optim_gpu" --gtest_filter='CudaKernel*'
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out_dir/sanitizer-$tool.log" >>"$report"
+  done
+else
+  result "compute-sanitizer" SKIP "not installed here"
+fi
+
+section "Summary"
+echo "- Total: $((SECONDS - start_seconds))s of a ${budget}s budget; logs in \`$out_dir\`" >>"$report"
+if [ "$required_failed" = 1 ]; then
+  echo "- **A required step failed.**" >>"$report"
+  log "a required step failed; report: $report"
+  exit 1
+fi
+echo "- Every required step passed." >>"$report"
+log "report: $report"

@@ -7,6 +7,8 @@
 #
 # With the CUDA toolkit present it then builds and tests the host-only preset too, which is how
 # host-only users build cohort (set COHORT_TEST_HOST_ONLY=0 to skip that second build).
+# The CUDA preset's tests include gpu_bundle.ldd: it assembles the GPU bundle (scripts/gpu-bundle.sh)
+# from that same build, compiling nothing more, and checks it with ldd.
 #
 # More stages (docs/reliability.md), each printing its time:
 # - fuzz, in CI (CI=true) or with COHORT_TEST_FUZZ=1: every libFuzzer target for

@@ -39,16 +39,19 @@ int main() {
     cohort::Buffer buffer(resource, kCount * sizeof(float), stream);
     std::vector<float> host(kCount, static_cast<float>(world.rank()));
 
+    // Copies in the stream's order, so the all-reduce sees the upload and the download sees
+    // the result (a plain cudaMemcpy runs on the legacy stream, unordered with `stream`).
     auto copy = [&](void* to, const void* from, bool to_device) {
       if (device.is_host()) {
-        std::memcpy(to, from, kCount * sizeof(float));
+        stream.enqueue([=] { std::memcpy(to, from, kCount * sizeof(float)); });
         return;
       }
 #if COHORT_WITH_CUDA
-      COHORT_CHECK(cudaMemcpy(to, from, kCount * sizeof(float),
-                              to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ==
+      COHORT_CHECK(cudaMemcpyAsync(to, from, kCount * sizeof(float),
+                                   to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                   static_cast<cudaStream_t>(stream.native_handle())) ==
                        cudaSuccess,
-                   cohort::CudaError, "cudaMemcpy failed");
+                   cohort::CudaError, "cudaMemcpyAsync failed");
 #else
       (void)to_device;
 #endif
@@ -57,8 +60,8 @@ int main() {
     world.comm().all_reduce(
         cohort::TensorView(buffer.data(), kCount, cohort::DType::f32, device),
         cohort::ReduceOp::sum, stream);
-    stream.synchronize();
     copy(host.data(), buffer.data(), false);
+    stream.synchronize();
 
     const int n = world.size();
     const float expected = static_cast<float>(n * (n - 1) / 2);

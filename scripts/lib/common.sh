@@ -9,6 +9,7 @@ cohort_packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
+  patchelf xz-utils
   slurmctld slurmd slurm-client munge
 )
 
@@ -53,31 +54,6 @@ ensure_munge_key() {
   mungekey --create --keyfile /etc/munge/munge.key
   chown munge:munge /etc/munge/munge.key
   chmod 600 /etc/munge/munge.key
-}
-
-# ensure_torch_venv FOLDER: a Python virtual environment in FOLDER (under the build folder) with
-# PyTorch from PyPI, for the torchrun launch tests; prints FOLDER/bin/python. Idempotent: nothing
-# is installed when torchrun already imports there. The PyPI wheel is a CUDA build: first only
-# torch and the packages torch.distributed.run imports (its CUDA libraries load where a CUDA 13
-# toolkit is on the loader path), and when that does not import, the whole wheel with its
-# dependencies (about 5 GB).
-ensure_torch_venv() {
-  local folder=$1
-  local python=$folder/bin/python
-  local probe=(-c 'import torch.distributed.run')
-  if [ -x "$python" ] && "$python" "${probe[@]}" >/dev/null 2>&1; then
-    echo "$python"
-    return 0
-  fi
-  python3 -m venv "$folder" >&2 || return 1
-  "$python" -m pip install -q --no-deps torch filelock typing-extensions sympy mpmath networkx \
-    jinja2 markupsafe fsspec numpy nvidia-cufile nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 \
-    nvidia-nccl-cu13 >&2 || return 1
-  if ! "$python" "${probe[@]}" >/dev/null 2>&1; then
-    "$python" -m pip install -q torch >&2 || return 1
-    "$python" "${probe[@]}" >&2 || return 1
-  fi
-  echo "$python"
 }
 
 # Puts the CUDA toolkit on PATH when it is installed in the usual place but not on PATH.
@@ -171,17 +147,24 @@ run_fuzzers() {
 }
 
 # Prints the python of a virtual environment with PyTorch under the given build folder
-# (<build>/torch-venv), creating it and installing torch with pip the first time. Returns 1,
-# saying why on stderr, when torch cannot be installed (no network, no wheel for this machine).
+# (<build>/torch-venv), creating it and installing torch with pip the first time (PyPI's wheel
+# with its CUDA libraries: about 66 s and 5.3 GB). Used by the PyTorch peer benchmarks and the
+# torchrun launch tests, hence the probe of torch.distributed.run. Returns 1, saying why on stderr,
+# when torch cannot be installed (no network, no wheel for this machine).
 ensure_torch_venv() {
   local venv="$1/torch-venv"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  local probe=(-c 'import torch.distributed.run, numpy')
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" "${probe[@]}" >/dev/null 2>&1; then
     echo "$venv/bin/python"
     return 0
   fi
   ensure_packages python3-venv >&2
   if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/pip" install -q torch numpy >&2; then
     echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
+    return 1
+  fi
+  if ! "$venv/bin/python" "${probe[@]}" >&2; then
+    echo "cohort: torch was installed into $venv but torch.distributed.run does not import" >&2
     return 1
   fi
   echo "$venv/bin/python"

@@ -80,7 +80,17 @@ std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
     const std::lock_guard<std::mutex> lock(mutex_);
     works = works_;
   }
-  std::erase_if(works, [](const std::shared_ptr<WorkState>& w) { return w->done(); });
+  std::erase_if(works, [this](const std::shared_ptr<WorkState>& w) {
+    try {
+      return w->done();
+    } catch (const std::exception& error) {
+      // A probe that cannot tell (a sticky CUDA error) will never tell: fail the work now,
+      // publish it and abort, instead of logging the same error every tick until the deadline.
+      fail_collective(*this, *w, /*timed_out=*/false,
+                      std::string("its completion could not be checked: ") + error.what());
+      return true;
+    }
+  });
   const std::lock_guard<std::mutex> lock(mutex_);
   std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
   return works;

@@ -92,6 +92,18 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
   COHORT_EXPECTS(stream.device() == context.device,
                  "the stream is on " + stream.device().to_string() + " but " +
                      context.describe() + " works on " + context.device.to_string());
+  // Note [Graph capture]
+  // A collective is never recorded into a CUDA graph: its completion event would be a captured
+  // event, which the watchdog cannot query (cudaErrorCapturedEvent), a replay would not be
+  // tracked or deadline-watched at all, and the optimizers take their learning rate by value,
+  // so a replayed step would keep the captured one. Capture is refused here, before anything is
+  // enqueued, rather than failing in the watchdog later.
+  COHORT_CHECK(!stream.capturing(), InvalidArgument,
+               std::string(to_string(call.op)) + " on " + context.describe() +
+                   ": the stream is being captured into a CUDA graph "
+                   "(cudaStreamBeginCapture), and cohort's collectives cannot be captured. "
+                   "Capture forward and backward alone, end the capture, and call "
+                   "sync_grads() and the optimizer's step() outside it.");
 
   const auto size = static_cast<std::size_t>(context.size());
   switch (call.op) {
@@ -146,8 +158,15 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
   context.issued.store(record.sequence);
   context.recorder->issued(record, now);
   auto work = std::make_shared<detail::WorkState>(record, now + context.timeout(), context.recorder);
-  run(call, stream, work);  // sets a completion probe, if the backend has one, before...
-  context.track(work);      // ...the watchdog can see the work
+  // Tracked before the backend sees it: a collective stuck inside the backend's enqueue is then
+  // failed by the watchdog at its deadline like any other (Note [NCCL communicators]).
+  context.track(work);
+  try {
+    run(call, stream, work);  // sets a completion probe, if the backend has one
+  } catch (...) {
+    work->fail(std::current_exception());  // so the watchdog does not wait for it
+    throw;
+  }
   return Work(work);
 }
 

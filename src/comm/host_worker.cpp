@@ -35,11 +35,6 @@ void HostWorker::stop(bool detach) {
   }
 }
 
-bool HostWorker::idle() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return tasks_.empty() && !running_ && !stopping_;
-}
-
 void HostWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -49,12 +44,10 @@ void HostWorker::run() {
     }
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
-    running_ = true;
     lock.unlock();
     task();  // tasks catch their own errors
     task = nullptr;
     lock.lock();
-    running_ = false;
   }
 }
 
@@ -83,22 +76,6 @@ void execute_collective(WorkState& work, CommContext& context,
 }
 
 }  // namespace
-
-bool try_run_inline(HostWorker& worker, const Stream& stream,
-                    const std::shared_ptr<WorkState>& work, CommContext& context,
-                    const std::function<void()>& execute) {
-  if (!stream.ready() || !worker.idle()) {
-    return false;
-  }
-  execute_collective(*work, context, execute);
-  try {
-    work->rethrow_if_failed();
-  } catch (const std::exception&) {
-    // Later work on the caller's stream fails, as after a collective on the worker.
-    stream.enqueue_wait([work] { work->rethrow_if_failed(); });
-  }
-  return true;
-}
 
 void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
                    std::shared_ptr<CommContext> context, std::function<void()> execute) {

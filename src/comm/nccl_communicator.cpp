@@ -8,11 +8,13 @@
 #include <cohort/core/stream.hpp>
 #include <cohort/detail/cuda_check.hpp>
 #include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/detail/event_pool.hpp>
 #include <cohort/detail/nccl_check.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -20,19 +22,65 @@
 namespace cohort::detail {
 
 // Note [NCCL communicators]
-// Communicators are non-blocking (config.blocking = 0): every call may return ncclInProgress and
-// is then polled with ncclCommGetAsyncError until it settles or the deadline passes. That is what
-// makes ncclCommAbort always possible: a blocking communicator can hang a thread inside NCCL for
-// ever when a peer dies. One mutex per communicator keeps the issuing thread and the watchdog's
-// abort from calling NCCL on it at the same time (NCCL is not thread-safe per communicator), and
-// every NCCL call is short because none of them blocks.
+// Each cohort communicator holds two NCCL communicators over the same ranks:
+// - `control`, non-blocking (config.blocking = 0): created by ncclCommInitRankConfig and polled
+//   against the deadline, so a rank that never arrives makes init fail in time and the half-made
+//   communicator can be aborted. Splits go through it the same way. It runs no collective, so
+//   (NCCL connects peers on first use) it holds no channel buffers.
+// - `comm`, blocking (config.blocking = 1), split from `control` (that split is polled against
+//   the deadline too): every collective runs on it. NCCL 2.28 sends each collective on a
+//   non-blocking communicator of more than one rank through its non-blocking group path, which
+//   starts a thread for it and returns ncclInProgress (group.cc); polling that with sleeps put a
+//   thread creation and tens of microseconds on the thread that drives backward. On a blocking
+//   communicator the collective is enqueued inline: a few microseconds, no thread.
+// What the blocking communicator gives up is that a collective stuck inside its enqueue (NCCL
+// connecting to a peer that died before its first collective) holds the issuing thread. Such a
+// collective is still seen: Communicator::issue tracks the work before calling the backend, so
+// the watchdog fails it at its deadline, publishes the failure (every other rank aborts at once)
+// and aborts this rank's communicators. NCCL is not thread-safe per communicator, so the abort
+// never calls into a communicator another thread is inside: it takes the handle's lock if it
+// can, and otherwise leaves a request that the issuing thread carries out as it comes out of
+// NCCL (which gives up connecting on its own, after NCCL_SOCKET_RETRY_CNT retries).
 
 struct NcclCommunicator::Handle {
-  std::mutex mutex;
-  ncclComm_t comm = nullptr;
-  bool aborted = false;
+  std::mutex mutex;                      // held around every NCCL call on either communicator
+  ncclComm_t control = nullptr;          // non-blocking: init, split, abort
+  ncclComm_t comm = nullptr;             // blocking: collectives
+  bool aborted = false;                  // under mutex
+  std::atomic<bool> abort_requested{false};  // set when the abort found the lock taken
   Device device = Device::host();
-  float* scratch = nullptr;  // one float for barriers
+  float* scratch = nullptr;  // one float for barriers, on `device`
+  EventPool events;          // completion events of the collectives, reused
+
+  explicit Handle(Device on) : device(on), events(on, /*timing=*/false) {}
+
+  /// Aborts both communicators. Call with `mutex` held.
+  void abort_locked() {
+    if (!aborted) {
+      aborted = true;
+      if (comm != nullptr) {
+        (void)ncclCommAbort(comm);
+      }
+      if (control != nullptr) {
+        (void)ncclCommAbort(control);
+      }
+    }
+  }
+  /// Aborts now if no thread is inside NCCL, else asks the one that is to do it on its way out.
+  void abort() {
+    std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+    if (lock.owns_lock()) {
+      abort_locked();
+    } else {
+      abort_requested.store(true);
+    }
+  }
+  /// Carries out an abort requested while this thread was inside NCCL. Call with `mutex` held.
+  void honour_abort_request_locked() {
+    if (abort_requested.load()) {
+      abort_locked();
+    }
+  }
 };
 
 namespace {
@@ -104,10 +152,45 @@ void check_settled(ncclResult_t result, const char* call, ncclComm_t comm,
   COHORT_FAIL(NcclError, what + ": " + describe_nccl_error(call, result, comm));
 }
 
-ncclConfig_t nonblocking_config() {
+ncclConfig_t config_with_blocking(int blocking) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking;
   return config;
+}
+
+/// Splits `control` (non-blocking) with `color` into a new communicator configured `blocking`,
+/// polling it against `deadline`; with `mutex`/`aborted`, as `settle`. Returns the result and,
+/// on success, the child (null for NCCL_SPLIT_NOCOLOR). On failure the parent has a split in
+/// flight and must be aborted; the child's slot is then left to NCCL, which may still write it.
+std::pair<ncclResult_t, ncclComm_t> split_settled(ncclComm_t control, int color, int key,
+                                                  int blocking, Clock::time_point deadline,
+                                                  std::mutex* mutex, const bool* aborted) {
+  auto* slot = new ncclComm_t(nullptr);
+  ncclConfig_t config = config_with_blocking(blocking);
+  ncclResult_t result = ncclSuccess;
+  {
+    std::unique_lock<std::mutex> lock;
+    if (mutex != nullptr) {
+      lock = std::unique_lock<std::mutex>(*mutex);
+      if (aborted != nullptr && *aborted) {
+        delete slot;
+        return {ncclRemoteError, nullptr};
+      }
+    }
+    result = ncclCommSplit(control, color, key, slot, &config);
+  }
+  if (result == ncclInProgress || result == ncclSuccess) {
+    result = settle(control, deadline, mutex, aborted);
+    if (result == ncclSuccess && *slot != nullptr) {
+      result = settle(*slot, deadline);
+    }
+  }
+  if (result != ncclSuccess) {
+    return {result, nullptr};
+  }
+  ncclComm_t child = *slot;
+  delete slot;
+  return {ncclSuccess, child};
 }
 
 }  // namespace
@@ -127,11 +210,11 @@ std::string nccl_version_string() {
 }
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
-    : Communicator(std::move(context)), handle_(std::make_shared<Handle>()) {
+    : Communicator(std::move(context)) {
   CommContext& ctx = this->context();
   ctx.backend = Backend::nccl;
   ctx.backend_version = nccl_version_string();
-  handle_->device = ctx.device;
+  handle_ = std::make_shared<Handle>(ctx.device);
   bind_cuda_device(ctx.device);
   ctx.group.barrier("nccl/joined");
 
@@ -149,22 +232,32 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
 
   const std::string what =
       "rank " + std::to_string(ctx.global_rank(ctx.rank())) + ": creating " + ctx.describe();
-  ncclConfig_t config = nonblocking_config();
-  const ncclResult_t started = ncclCommInitRankConfig(&handle_->comm, ctx.size(), id, ctx.rank(),
+  const auto deadline = Clock::now() + ctx.timeout();
+  ncclConfig_t config = config_with_blocking(0);
+  const ncclResult_t started = ncclCommInitRankConfig(&handle_->control, ctx.size(), id, ctx.rank(),
                                                       &config);
   if (started != ncclSuccess && started != ncclInProgress) {
     COHORT_FAIL(NcclError,
                 what + ": " + describe_nccl_error("ncclCommInitRankConfig", started, nullptr));
   }
-  const ncclResult_t settled = settle(handle_->comm, Clock::now() + ctx.timeout());
+  const ncclResult_t settled = settle(handle_->control, deadline);
   if (settled != ncclSuccess) {
-    (void)ncclCommAbort(handle_->comm);
-    handle_->comm = nullptr;
+    (void)ncclCommAbort(handle_->control);
+    handle_->control = nullptr;
     check_settled(settled, "ncclCommInitRankConfig", nullptr,
                   what + " (every rank had joined the store; NCCL's own bootstrap stalled: "
                          "check NCCL_SOCKET_IFNAME and NCCL_DEBUG=INFO)",
                   ctx.timeout());
   }
+  const auto [result, comm] = split_settled(handle_->control, 0, ctx.rank(), /*blocking=*/1,
+                                            deadline, nullptr, nullptr);
+  if (result != ncclSuccess) {
+    (void)ncclCommAbort(handle_->control);
+    handle_->control = nullptr;
+    check_settled(result, "ncclCommSplit (the blocking communicator for collectives)", nullptr,
+                  what, ctx.timeout());
+  }
+  handle_->comm = comm;
   install();
 }
 
@@ -176,14 +269,12 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context,
 
 void NcclCommunicator::install() {
   CommContext& ctx = context();
-  COHORT_CUDA_TRY(cudaMalloc(&handle_->scratch, sizeof(float)));
-  ctx.set_backend_abort([handle = handle_] {
-    const std::lock_guard<std::mutex> lock(handle->mutex);
-    if (handle->comm != nullptr && !handle->aborted) {
-      handle->aborted = true;
-      (void)ncclCommAbort(handle->comm);
-    }
-  });
+  {
+    // The barrier's scratch lives on the communicator's device, whatever is current here.
+    const CudaDeviceScope scope(handle_->device.index());
+    COHORT_CUDA_TRY(cudaMalloc(&handle_->scratch, sizeof(float)));
+  }
+  ctx.set_backend_abort([handle = handle_] { handle->abort(); });
   if (auto watchdog = ctx.watchdog.lock()) {
     watchdog->add(shared_context());
   }
@@ -191,31 +282,60 @@ void NcclCommunicator::install() {
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  context().set_backend_abort(nullptr);
+  CommContext& ctx = context();
+  ctx.set_backend_abort(nullptr);
+  // The blocking communicator's destroy flushes outstanding work without a deadline: let the
+  // collectives in flight finish first (the watchdog fails them at their deadline), and abort
+  // instead when they do not.
+  const auto deadline = Clock::now() + ctx.timeout();
+  bool drained = false;
+  while (true) {
+    try {
+      drained = ctx.in_flight().empty();
+    } catch (const std::exception&) {
+      drained = false;
+      break;
+    }
+    if (drained || ctx.aborted() || Clock::now() >= deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   {
     const std::lock_guard<std::mutex> lock(handle_->mutex);
-    if (handle_->comm != nullptr && !handle_->aborted) {
-      // Finalize flushes outstanding work; destroy is an intra-node collective, so the World
-      // destroys its communicators in the same order on every rank.
-      const auto deadline = Clock::now() + context().timeout();
-      ncclResult_t result = ncclCommFinalize(handle_->comm);
+    handle_->honour_abort_request_locked();
+    if (!handle_->aborted && !drained) {
+      COHORT_LOG(warn) << "destroying " << ctx.describe()
+                       << " with collectives still in flight; aborting it";
+      handle_->abort_locked();
+    }
+    if (!handle_->aborted) {
+      const CudaDeviceScope scope(handle_->device.index());
+      // Destroy is an intra-node collective, so the World destroys its communicators in the
+      // same order on every rank.
+      if (handle_->comm != nullptr && ncclCommDestroy(handle_->comm) != ncclSuccess) {
+        COHORT_LOG(warn) << "ncclCommDestroy failed for " << ctx.describe();
+      }
+      handle_->comm = nullptr;
+      ncclResult_t result = ncclCommFinalize(handle_->control);
       if (result == ncclSuccess || result == ncclInProgress) {
-        result = settle(handle_->comm, deadline);
+        result = settle(handle_->control, deadline);
       }
       if (result != ncclSuccess) {
-        COHORT_LOG(warn) << "finalizing " << context().describe() << " failed ("
+        COHORT_LOG(warn) << "finalizing " << ctx.describe() << " failed ("
                          << ncclGetErrorString(result) << "); aborting it instead";
-        (void)ncclCommAbort(handle_->comm);
-      } else if (ncclCommDestroy(handle_->comm) != ncclSuccess) {
-        COHORT_LOG(warn) << "ncclCommDestroy failed for " << context().describe();
+        (void)ncclCommAbort(handle_->control);
+      } else if (ncclCommDestroy(handle_->control) != ncclSuccess) {
+        COHORT_LOG(warn) << "ncclCommDestroy failed for " << ctx.describe();
       }
     }
-    // Probes still held by unfinished works must not touch the communicator any more.
+    // Probes still held by unfinished works must not touch the communicators any more.
     handle_->comm = nullptr;
+    handle_->control = nullptr;
     handle_->aborted = true;
   }
   // Only now: cudaFree synchronizes the device, which would wait for ever on a kernel stuck on a
-  // dead peer if the communicator had not been finalized or aborted first.
+  // dead peer if the communicator had not been destroyed or aborted first.
   if (handle_->scratch != nullptr) {
     const CudaDeviceScope scope(handle_->device.index());
     COHORT_CUDA_CHECK_NOEXCEPT(cudaFree(handle_->scratch));
@@ -262,11 +382,8 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
                                handle_->comm, cuda_stream);
         break;
     }
-  }
-  if (result == ncclInProgress) {
-    // Non-blocking: the enqueue itself may still be settling; poll without holding the lock
-    // between polls, so an abort can come in.
-    result = settle(handle_->comm, Clock::now() + ctx.timeout(), &handle_->mutex, &handle_->aborted);
+    // An abort that came while this thread was inside NCCL (Note [NCCL communicators]).
+    handle_->honour_abort_request_locked();
   }
   if (result == ncclInvalidArgument) {
     // NCCL: the call had no effect and the communicator is still usable.
@@ -279,15 +396,25 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
     work->rethrow_if_failed();
     return;
   }
-  // Completion is an event after the kernel; the watchdog and Work::done poll it, and the
-  // communicator for asynchronous (network) errors. The probe only reports: it fails the work
-  // through fail_collective, which never polls probes (WorkState::finished), and no caller of a
-  // probe holds the context's lock (CommContext::in_flight).
-  auto done = std::make_shared<Event>(Event::create(ctx.device));
+  // Completion is an event after the kernel (from a pool: no CUDA object is created per
+  // collective); the watchdog and Work::done poll it, and the communicator for asynchronous
+  // (network) errors. The probe only reports: it fails the work through fail_collective, which
+  // never polls probes (WorkState::finished), and no caller of a probe holds the context's lock
+  // (CommContext::in_flight).
+  std::shared_ptr<Event> done = handle_->events.acquire();
   done->record(stream);
   work->set_completion_probe(
       [done, handle = handle_, context = shared_context(), work_ptr = work.get()] {
-        if (done->ready()) {
+        try {
+          if (done->ready()) {
+            return true;
+          }
+        } catch (const std::exception& error) {
+          // A sticky CUDA error (a kernel fault on this device): the collective will never
+          // complete. Fail it now, so the failure is published and every rank aborts, rather
+          // than letting every peer wait for the deadline.
+          fail_collective(*context, *work_ptr, /*timed_out=*/false,
+                          std::string("its completion could not be checked: ") + error.what());
           return true;
         }
         ncclResult_t async = ncclSuccess;
@@ -310,45 +437,37 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std::string name) {
   CommContext& parent = context();
   const SplitPlan plan = plan_split(parent, color, key);
-  // ncclCommSplit is collective over the parent: every rank calls it, NOCOLOR included. NCCL
-  // writes the child into *slot when its asynchronous job ends, which can be after a timeout
-  // here: the slot is on the heap and, in that case, deliberately left to NCCL.
-  auto* slot = new ncclComm_t(nullptr);
-  ncclConfig_t config = nonblocking_config();
   const std::string what = "rank " + std::to_string(parent.global_rank(parent.rank())) +
                            ": splitting " + parent.describe();
-  ncclResult_t result = ncclSuccess;
-  {
-    const CudaDeviceScope scope(parent.device.index());
-    {
-      const std::lock_guard<std::mutex> lock(handle_->mutex);
-      COHORT_CHECK(!handle_->aborted, Error, parent.describe() + " was aborted");
-      result = ncclCommSplit(handle_->comm, plan.member ? color : NCCL_SPLIT_NOCOLOR, key, slot,
-                             &config);
-    }
-    const auto deadline = Clock::now() + parent.timeout();
-    if (result == ncclInProgress || result == ncclSuccess) {
-      result = settle(handle_->comm, deadline, &handle_->mutex, &handle_->aborted);
-      if (result == ncclSuccess && *slot != nullptr) {
-        result = settle(*slot, deadline);
-      }
-    }
-  }
+  const CudaDeviceScope scope(parent.device.index());
+  const auto deadline = Clock::now() + parent.timeout();
+  // ncclCommSplit is collective over the parent: every rank calls it, NOCOLOR included. The
+  // split goes through the parent's non-blocking control communicator, and the child's own
+  // blocking communicator for collectives is split from the child's control one (Note [NCCL
+  // communicators]).
+  auto [result, child_control] =
+      split_settled(handle_->control, plan.member ? color : NCCL_SPLIT_NOCOLOR, key,
+                    /*blocking=*/0, deadline, &handle_->mutex, &handle_->aborted);
   if (result != ncclSuccess) {
     // The parent has a split in flight that may never end: abort it (every rank must, and the
-    // failure reaches the others through the watchdog), and leave the slot to NCCL.
+    // failure reaches the others through the watchdog).
     parent.abort(what + " failed");
     check_settled(result, "ncclCommSplit", nullptr, what, parent.timeout());
   }
-  ncclComm_t child_comm = *slot;
-  delete slot;
   if (!plan.member) {
     return nullptr;
   }
-  auto child = make_child_context(parent, plan, std::move(name));
-  auto handle = std::make_shared<Handle>();
+  auto handle = std::make_shared<Handle>(parent.device);
+  handle->control = child_control;
+  auto [data_result, child_comm] =
+      split_settled(child_control, 0, plan.rank, /*blocking=*/1, deadline, nullptr, nullptr);
+  if (data_result != ncclSuccess) {
+    (void)ncclCommAbort(child_control);
+    check_settled(data_result, "ncclCommSplit (the blocking communicator for collectives)",
+                  nullptr, what, parent.timeout());
+  }
   handle->comm = child_comm;
-  handle->device = parent.device;
+  auto child = make_child_context(parent, plan, std::move(name));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(child), std::move(handle)));
 }
 

@@ -57,7 +57,7 @@ bool WorkState::done() {
       return true;
     }
   }
-  if (probe_ && probe_()) {
+  if (has_probe_.load(std::memory_order_acquire) && probe_()) {
     complete();
     return true;
   }
@@ -65,7 +65,7 @@ bool WorkState::done() {
 }
 
 bool WorkState::wait_until(Clock::time_point until) {
-  if (!probe_) {
+  if (!has_probe_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lock(mutex_);
     return finished_.wait_until(lock, until, [&] { return done_; });
   }

@@ -5,6 +5,7 @@
 
 #include <cohort/comm/communicator.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -27,8 +28,12 @@ class WorkState {
   Clock::time_point deadline() const noexcept { return deadline_; }
 
   /// For backends whose completion must be polled (a CUDA event): returns true once finished.
-  /// Set before the Work is handed out; called by `done()` and the watchdog.
-  void set_completion_probe(std::function<bool()> probe) { probe_ = std::move(probe); }
+  /// Set at most once, before the Work is handed out, possibly while the watchdog already polls
+  /// the work (which sees no probe until it is set); called by `done()` and the watchdog.
+  void set_completion_probe(std::function<bool()> probe) {
+    probe_ = std::move(probe);
+    has_probe_.store(true, std::memory_order_release);
+  }
 
   /// Marks success; ignored when the work already failed. Returns whether it took effect.
   bool complete();
@@ -53,6 +58,7 @@ class WorkState {
   Clock::time_point deadline_;
   std::shared_ptr<FlightRecorder> recorder_;
   std::function<bool()> probe_;
+  std::atomic<bool> has_probe_{false};  // probe_ is written once, before this turns true
 
   std::mutex mutex_;
   std::condition_variable finished_;

@@ -344,7 +344,7 @@ Stream Stream::create(Device device, HostExecution execution) {
     return Stream(std::make_shared<detail::HostStream>(execution));
   }
 #if COHORT_WITH_CUDA
-  return Stream(detail::make_cuda_stream(device, nullptr));
+  return Stream(detail::make_cuda_stream(device));
 #else
   COHORT_FAIL(InvalidArgument, "cannot create a stream on " + device.to_string() +
                                    ": cohort was built without CUDA (COHORT_WITH_CUDA=OFF)");
@@ -354,7 +354,7 @@ Stream Stream::create(Device device, HostExecution execution) {
 Stream Stream::wrap_cuda(Device device, void* cuda_stream) {
   COHORT_EXPECTS(device.is_cuda(), "wrap_cuda needs a CUDA device, got " + device.to_string());
 #if COHORT_WITH_CUDA
-  return Stream(detail::make_cuda_stream(device, cuda_stream));
+  return Stream(detail::wrap_cuda_stream(device, cuda_stream));
 #else
   (void)cuda_stream;
   COHORT_FAIL(InvalidArgument, "cannot wrap a CUDA stream: cohort was built without CUDA");
@@ -369,6 +369,7 @@ void Stream::enqueue_wait(std::function<void()> wait) const {
 void Stream::wait(const Event& event) const { impl_->wait(*event.impl_); }
 void Stream::synchronize() const { impl_->synchronize(); }
 bool Stream::ready() const { return impl_->ready(); }
+bool Stream::capturing() const { return impl_->capturing(); }
 void* Stream::native_handle() const noexcept { return impl_->native_handle(); }
 
 // ---- Event ----

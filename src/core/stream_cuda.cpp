@@ -13,17 +13,38 @@ namespace {
 
 class CudaEvent;
 
+/// The answer of cudaStreamQuery/cudaEventQuery: not ready, ready, or a CudaError.
+// Note [Query errors]
+// cudaErrorNotReady is no error and sets no pending error, so nothing is cleared here: clearing
+// would swallow an unrelated error that an earlier asynchronous launch left pending for its own
+// check. Any other status is this query's failure (a sticky error from a kernel, for
+// instance): it is thrown, attributed to the query.
+bool query_ready(cudaError_t status, const char* call) {
+  if (status == cudaErrorNotReady) {
+    return false;
+  }
+  if (status != cudaSuccess) {
+    COHORT_FAIL(CudaError, describe_cuda_error(call, status));
+  }
+  return true;
+}
+
 class CudaStream final : public StreamImpl {
  public:
-  CudaStream(Device device, cudaStream_t borrowed) : device_(device), stream_(borrowed) {
-    if (stream_ == nullptr) {
-      const CudaDeviceScope scope(device_.index());
-      COHORT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      owned_ = true;
-    }
+  /// A new stream on `device`.
+  explicit CudaStream(Device device) : device_(device) {
+    const CudaDeviceScope scope(device_.index());
+    COHORT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    owned_ = true;
   }
+  /// The caller's stream. A null handle means the legacy default stream, which is named by
+  /// its explicit handle so that native_handle() stays non-null (null means a host stream) and
+  /// the meaning does not change under --default-stream per-thread.
+  CudaStream(Device device, cudaStream_t borrowed)
+      : device_(device), stream_(borrowed != nullptr ? borrowed : cudaStreamLegacy) {}
   ~CudaStream() override {
     if (owned_) {
+      const CudaDeviceScope scope(device_.index());
       COHORT_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(stream_));
     }
   }
@@ -61,20 +82,20 @@ class CudaStream final : public StreamImpl {
   void synchronize() override { COHORT_CUDA_TRY(cudaStreamSynchronize(stream_)); }
 
   bool ready() override {
-    const cudaError_t status = cudaStreamQuery(stream_);
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    COHORT_CUDA_TRY(status);
-    return true;
+    const CudaDeviceScope scope(device_.index());
+    return query_ready(cudaStreamQuery(stream_), "cudaStreamQuery");
   }
 
+  bool capturing() override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    COHORT_CUDA_TRY(cudaStreamIsCapturing(stream_, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
   void* native_handle() const noexcept override { return stream_; }
 
  private:
   Device device_;
-  cudaStream_t stream_;
+  cudaStream_t stream_ = nullptr;
   bool owned_ = false;
 };
 
@@ -85,7 +106,12 @@ class CudaEvent final : public EventImpl {
     COHORT_CUDA_TRY(
         cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
-  ~CudaEvent() override { COHORT_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(event_)); }
+  ~CudaEvent() override {
+    // Any thread may drop the last handle (the watchdog does): bind the event's device, or
+    // this thread would create a context on device 0.
+    const CudaDeviceScope scope(device_.index());
+    COHORT_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(event_));
+  }
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
@@ -98,13 +124,8 @@ class CudaEvent final : public EventImpl {
   }
 
   bool ready() override {
-    const cudaError_t status = cudaEventQuery(event_);
-    if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    COHORT_CUDA_TRY(status);
-    return true;
+    const CudaDeviceScope scope(device_.index());
+    return query_ready(cudaEventQuery(event_), "cudaEventQuery");
   }
 
   void synchronize() override { COHORT_CUDA_TRY(cudaEventSynchronize(event_)); }
@@ -137,7 +158,11 @@ void CudaStream::wait(EventImpl& event) {
 
 }  // namespace
 
-std::shared_ptr<StreamImpl> make_cuda_stream(Device device, void* borrowed_stream) {
+std::shared_ptr<StreamImpl> make_cuda_stream(Device device) {
+  return std::make_shared<CudaStream>(device);
+}
+
+std::shared_ptr<StreamImpl> wrap_cuda_stream(Device device, void* borrowed_stream) {
   return std::make_shared<CudaStream>(device, static_cast<cudaStream_t>(borrowed_stream));
 }
 

@@ -21,6 +21,8 @@ class StreamImpl {
   virtual void wait(EventImpl& event) = 0;
   virtual void synchronize() = 0;
   virtual bool ready() = 0;
+  /// Whether a CUDA graph capture is recording this stream (never for a host stream).
+  virtual bool capturing() { return false; }
   virtual void* native_handle() const noexcept = 0;
 };
 
@@ -36,7 +38,10 @@ class EventImpl {
 };
 
 #if COHORT_WITH_CUDA
-std::shared_ptr<StreamImpl> make_cuda_stream(Device device, void* borrowed_stream);
+/// A new non-blocking CUDA stream on `device`.
+std::shared_ptr<StreamImpl> make_cuda_stream(Device device);
+/// A handle to the caller's `cudaStream_t`; nullptr is the legacy default stream.
+std::shared_ptr<StreamImpl> wrap_cuda_stream(Device device, void* borrowed_stream);
 std::shared_ptr<EventImpl> make_cuda_event(Device device, bool timing);
 #endif
 

@@ -5,6 +5,9 @@
 
 #if COHORT_WITH_CUDA
 #include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/kernels/launch.hpp>
+
+#include <cuda_runtime_api.h>
 #endif
 
 #include <cstring>
@@ -53,7 +56,8 @@ void fill_zero(TensorView data, const Stream& stream) {
   }
 #if COHORT_WITH_CUDA
   const CudaDeviceScope scope(stream.device().index());  // the stream's device, on any thread
-  cuda_fill_zero(data.data(), data.bytes(), stream.native_handle());
+  COHORT_CUDA_TRY(cudaMemsetAsync(data.data(), 0, data.bytes(),
+                                  static_cast<cudaStream_t>(stream.native_handle())));
 #else
   COHORT_FAIL(InvalidArgument, "cannot fill memory on " + stream.device().to_string() +
                                    ": cohort was built without CUDA");
@@ -76,8 +80,7 @@ void convert(TensorView input, TensorView output, const Stream& stream) {
   }
 #if COHORT_WITH_CUDA
   const CudaDeviceScope scope(stream.device().index());
-  cuda_convert(input.data(), input.dtype(), output.data(), output.dtype(), input.count(),
-               stream.native_handle());
+  kernels::cuda::cast(input, output, stream.native_handle());
 #else
   COHORT_FAIL(InvalidArgument, "cannot convert memory on " + stream.device().to_string() +
                                    ": cohort was built without CUDA");

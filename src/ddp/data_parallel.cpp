@@ -6,11 +6,13 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/detail/event_pool.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -101,9 +103,10 @@ struct StepRecord {
   std::uint64_t step = 0;
   std::size_t collectives = 0;
   std::size_t bytes = 0;
-  std::vector<std::pair<Event, Event>> spans;  ///< per collective: start and end on comm stream
-  std::optional<Event> compute_done;           ///< compute stream at sync_grads()
-  std::optional<Event> comm_done;              ///< comm stream after the last collective
+  using PooledEvent = std::shared_ptr<Event>;
+  std::vector<std::pair<PooledEvent, PooledEvent>> spans;  ///< per collective, on comm stream
+  PooledEvent compute_done;  ///< compute stream at sync_grads()
+  PooledEvent comm_done;     ///< comm stream after the last collective
 };
 
 }  // namespace
@@ -120,7 +123,11 @@ struct DataParallel::Impl {
         device(w.device()),
         compute(options.compute_stream ? *options.compute_stream
                                        : Stream::create(device, options.host_compute)),
-        comm_stream(Stream::create(device)) {}
+        comm_stream(Stream::create(device)),
+        compute_ready(Event::create(device)),
+        comm_done(Event::create(device)),
+        timing_events(device, /*timing=*/true),
+        order_events(device, /*timing=*/false) {}
 
   ~Impl() {
     // Buffers are freed synchronously: every use of them must have finished.
@@ -176,33 +183,32 @@ struct DataParallel::Impl {
     }
   }
 
-  Event timing_event() const { return Event::create(device, /*timing=*/true); }
-
   /// Starts a timed span on the comm stream; returns its start event (if stats are on).
-  std::optional<Event> begin_span() {
+  std::shared_ptr<Event> begin_span() {
     if (!options.collect_stats) {
-      return std::nullopt;
+      return nullptr;
     }
-    Event start = timing_event();
-    start.record(comm_stream);
+    std::shared_ptr<Event> start = timing_events.acquire();
+    start->record(comm_stream);
     return start;
   }
 
-  void end_span(std::optional<Event> start, std::size_t bytes) {
+  void end_span(std::shared_ptr<Event> start, std::size_t bytes) {
     ++record->collectives;
     record->bytes += bytes;
     if (start) {
-      Event end = timing_event();
-      end.record(comm_stream);
-      record->spans.emplace_back(std::move(*start), std::move(end));
+      std::shared_ptr<Event> end = timing_events.acquire();
+      end->record(comm_stream);
+      record->spans.emplace_back(std::move(start), std::move(end));
     }
   }
 
-  /// The comm stream waits for the work enqueued so far on the compute stream.
+  /// The comm stream waits for the work enqueued so far on the compute stream. One event serves
+  /// every step: a wait takes the event's mark when it is enqueued, so recording it again later
+  /// does not move what was waited for.
   void comm_after_compute() {
-    Event ready = Event::create(device);
-    ready.record(compute);
-    comm_stream.wait(ready);
+    compute_ready.record(compute);
+    comm_stream.wait(compute_ready);
   }
 
   /// Issues, in bucket order, every bucket whose parameters are all ready and whose predecessors
@@ -215,7 +221,7 @@ struct DataParallel::Impl {
     while (next_bucket < plan.buckets.size() && pending[next_bucket] == 0) {
       const ArenaSlice slice = plan.buckets[next_bucket].slice;
       const TensorView grads = grads_view().slice(slice.offset, slice.count);
-      std::optional<Event> start = begin_span();
+      std::shared_ptr<Event> start = begin_span();
       if (options.compression == Compression::none) {
         comm.all_reduce(grads, ReduceOp::avg, comm_stream);
         end_span(std::move(start), grads.bytes());
@@ -234,7 +240,7 @@ struct DataParallel::Impl {
   void issue_reduce_scatter() {
     comm_after_compute();
     const std::size_t offset = static_cast<std::size_t>(world.rank()) * plan.shard_count;
-    std::optional<Event> start = begin_span();
+    std::shared_ptr<Event> start = begin_span();
     if (options.compression == Compression::none) {
       comm.reduce_scatter(grads_view(), grads_view().slice(offset, plan.shard_count), ReduceOp::avg,
                           comm_stream);
@@ -257,6 +263,13 @@ struct DataParallel::Impl {
   Device device;
   Stream compute;
   Stream comm_stream;
+  // Note [Step events]: no CUDA event is created in a steady-state step. The two ordering events
+  // are reused every step; timing events come from a pool and return to it when the step record
+  // that holds them is dropped (two records live at once: this step's and the last one's).
+  Event compute_ready;
+  Event comm_done;
+  detail::EventPool timing_events;
+  detail::EventPool order_events;  // grad_ready(handle, stream): a wait captures the mark at once
   DType wire_dtype = DType::f32;
   Buffer param_buffer;
   Buffer grad_buffer;
@@ -400,9 +413,9 @@ void DataParallel::grad_ready(ParamHandle handle, const Stream& written_on) {
   COHORT_EXPECTS(written_on.device() == s.device,
                  "grad_ready: the gradient's stream is on " + written_on.device().to_string() +
                      " but this rank works on " + s.device.to_string());
-  Event written = Event::create(s.device);
-  written.record(written_on);
-  s.compute.wait(written);
+  const std::shared_ptr<Event> written = s.order_events.acquire();  // Note [Step events]
+  written->record(written_on);
+  s.compute.wait(*written);
   grad_ready(handle);
 }
 
@@ -445,7 +458,7 @@ void DataParallel::sync_grads() {
     }
   }
   if (s.options.collect_stats) {
-    s.record->compute_done = s.timing_event();
+    s.record->compute_done = s.timing_events.acquire();
     s.record->compute_done->record(s.compute);
   }
   if (s.options.gradient_sync == GradientSync::all_reduce) {
@@ -453,11 +466,13 @@ void DataParallel::sync_grads() {
   } else {
     s.issue_reduce_scatter();
   }
-  Event done = s.options.collect_stats ? s.timing_event() : Event::create(s.device);
-  done.record(s.comm_stream);
-  s.compute.wait(done);
   if (s.options.collect_stats) {
-    s.record->comm_done = done;
+    s.record->comm_done = s.timing_events.acquire();
+    s.record->comm_done->record(s.comm_stream);
+    s.compute.wait(*s.record->comm_done);
+  } else {
+    s.comm_done.record(s.comm_stream);
+    s.compute.wait(s.comm_done);
   }
   s.record->step = ++s.steps;
   s.last_record = s.record;
@@ -496,7 +511,7 @@ StepStats DataParallel::last_step_stats() {
   stats.collectives = record.collectives;
   stats.bytes = record.bytes;
   for (const auto& [start, end] : record.spans) {
-    stats.comm_ms += static_cast<double>(Event::elapsed_ms(start, end));
+    stats.comm_ms += static_cast<double>(Event::elapsed_ms(*start, *end));
   }
   if (record.compute_done && record.comm_done) {
     stats.exposed_ms = std::max(

@@ -60,8 +60,13 @@ struct DeviceArray {
   ~DeviceArray() { cudaFree(data); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  void upload(const std::vector<T>& host) {
-    check_cuda(cudaMemcpy(data, host.data(), count * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  /// Queued on `stream`, which the collectives then use: a plain cudaMemcpy would run on the
+  /// legacy stream, which cohort's non-blocking streams do not wait for. `host` must outlive the
+  /// copy (every caller downloads, which synchronizes, before its vector goes).
+  void upload(const std::vector<T>& host, const cohort::Stream& stream) {
+    check_cuda(cudaMemcpyAsync(data, host.data(), count * sizeof(T), cudaMemcpyHostToDevice,
+                               static_cast<cudaStream_t>(stream.native_handle())),
+               "upload");
   }
   std::vector<T> download(const cohort::Stream& stream) const {
     stream.synchronize();
@@ -97,7 +102,7 @@ void check_all_reduce(cohort::World& world, const cohort::Stream& stream, const 
                                     cohort::ReduceOp::min, cohort::ReduceOp::max}) {
     if (op == cohort::ReduceOp::avg && std::is_integral_v<T>) continue;  // no integer mean
     DeviceArray<T> data(kCount);
-    data.upload(mine);
+    data.upload(mine, stream);
     world.comm().all_reduce(data.view(world.device()), op, stream);
     const auto got = data.download(stream);
     for (std::size_t i = 0; i < kCount; ++i) {
@@ -119,7 +124,7 @@ void check_layouts(cohort::World& world, const cohort::Stream& stream) {
   for (std::size_t i = 0; i < total; ++i) mine[i] = static_cast<float>(contribution(r, i));
   DeviceArray<float> all(total);
   DeviceArray<float> block(kBlock);
-  all.upload(mine);
+  all.upload(mine, stream);
   world.comm().reduce_scatter(all.view(world.device()), block.view(world.device()),
                               cohort::ReduceOp::avg, stream);
   auto got = block.download(stream);
@@ -128,14 +133,15 @@ void check_layouts(cohort::World& world, const cohort::Stream& stream) {
     const double want = expected(cohort::ReduceOp::avg, n, i);
     if (static_cast<double>(got[k]) != want) fail(r, "reduce_scatter", i, got[k], want);
   }
-  block.upload(std::vector<float>(kBlock, static_cast<float>(r + 10)));
+  const std::vector<float> tens(kBlock, static_cast<float>(r + 10));
+  block.upload(tens, stream);
   world.comm().all_gather(block.view(world.device()), all.view(world.device()), stream);
   got = all.download(stream);
   for (std::size_t i = 0; i < total; ++i) {
     const double want = static_cast<double>(i / kBlock) + 10.0;
     if (static_cast<double>(got[i]) != want) fail(r, "all_gather", i, got[i], want);
   }
-  all.upload(mine);
+  all.upload(mine, stream);
   world.comm().broadcast(all.view(world.device()), n - 1, stream);
   got = all.download(stream);
   for (std::size_t i = 0; i < total; ++i) {
@@ -153,11 +159,13 @@ int main() {
     std::fprintf(stderr, "no GPU: %s\n", cohort::cuda_unavailable_reason().c_str());
     return 4;
   }
-  // Each process its own NCCL "host", so that ranks sharing a GPU connect through sockets.
+  // Each process its own NCCL "host", so that ranks sharing a GPU connect through sockets; a
+  // launcher that set NCCL_HOSTID per rank already (gpu-check.sh) is left alone.
   const char* rank_text = std::getenv("RANK");
   const std::string host_id = std::string("cohort-test-rank-") + (rank_text ? rank_text : "0");
-  setenv("NCCL_HOSTID", host_id.c_str(), 1);
+  setenv("NCCL_HOSTID", host_id.c_str(), 0);
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  setenv("NCCL_IB_DISABLE", "1", 0);  // the socket transport, even where InfiniBand is present
   try {
     cohort::WorldOptions options;
     options.backend = cohort::BackendChoice::nccl;

@@ -4,6 +4,7 @@
 #include "support/process_ranks.hpp"
 
 #include <cohort/comm/world.hpp>
+#include <cohort/core/error.hpp>
 #include <cohort/core/stream.hpp>
 
 #if COHORT_WITH_CUDA
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,9 +80,12 @@ TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
         float* out = nullptr;
         ASSERT_EQ(cudaMalloc(&data, host.size() * sizeof(float)), cudaSuccess);
         ASSERT_EQ(cudaMalloc(&out, host.size() * sizeof(float)), cudaSuccess);
+        // In the stream's order: a plain cudaMemcpy runs on the legacy stream, which the
+        // communicator's non-blocking stream does not wait for.
         auto upload = [&] {
-          ASSERT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(float),
-                               cudaMemcpyHostToDevice),
+          ASSERT_EQ(cudaMemcpyAsync(data, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice,
+                                    static_cast<cudaStream_t>(stream.native_handle())),
                     cudaSuccess);
         };
         const auto device = world.device();
@@ -131,6 +136,70 @@ TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
         world.comm().barrier(stream).wait();
         cudaFree(data);
         cudaFree(out);
+      },
+      options);
+#endif
+}
+
+TEST_F(NcclCollectives, ACollectiveInsideAGraphCaptureIsRefusedClearly) {
+#if COHORT_WITH_CUDA
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::nccl;
+  options.timeout = std::chrono::seconds(60);
+  cohort::run_local(
+      1,
+      [](cohort::World& world) {
+        const cohort::Stream stream = cohort::Stream::create(world.device());
+        float* data = nullptr;
+        ASSERT_EQ(cudaMalloc(&data, 64 * sizeof(float)), cudaSuccess);
+        auto cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
+        ASSERT_EQ(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeThreadLocal),
+                  cudaSuccess);
+        EXPECT_TRUE(stream.capturing());
+        try {
+          world.comm().all_reduce(cohort::TensorView::of(data, 64, world.device()),
+                                  cohort::ReduceOp::sum, stream);
+          ADD_FAILURE() << "a collective was captured into a CUDA graph";
+        } catch (const cohort::InvalidArgument& error) {
+          EXPECT_NE(std::string(error.what()).find("CUDA graph"), std::string::npos)
+              << error.what();
+        }
+        cudaGraph_t graph = nullptr;
+        EXPECT_EQ(cudaStreamEndCapture(cuda_stream, &graph), cudaSuccess);
+        if (graph != nullptr) {
+          (void)cudaGraphDestroy(graph);
+        }
+        EXPECT_FALSE(stream.capturing());
+        // Refused before anything was enqueued: the communicator still works.
+        world.comm().all_reduce(cohort::TensorView::of(data, 64, world.device()),
+                                cohort::ReduceOp::sum, stream).wait();
+        stream.synchronize();
+        (void)cudaFree(data);
+      },
+      options);
+#endif
+}
+
+TEST_F(NcclCollectives, ASplitChildWorksWhateverDeviceIsCurrentWhenItIsMade) {
+#if COHORT_WITH_CUDA
+  const int gpus = cohort::cuda_device_count();
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs two GPUs to make another device current; " << gpus << " visible";
+  }
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::nccl;
+  options.timeout = std::chrono::seconds(120);
+  cohort::run_local(
+      gpus,
+      [gpus](cohort::World& world) {
+        // Another rank's device is current while the child is made: its barrier scratch must
+        // still land on this rank's device, or the child's barrier fails in NCCL.
+        ASSERT_EQ(cudaSetDevice((world.rank() + 1) % gpus), cudaSuccess);
+        std::unique_ptr<cohort::Communicator> child = world.comm().split(0, world.rank(), "child");
+        ASSERT_EQ(cudaSetDevice(world.device().index()), cudaSuccess);
+        const cohort::Stream stream = cohort::Stream::create(world.device());
+        child->barrier(stream).wait();
+        stream.synchronize();
       },
       options);
 #endif

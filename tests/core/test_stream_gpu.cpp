@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#if COHORT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <atomic>
 
 namespace {
@@ -53,5 +57,34 @@ TEST_F(CudaStreamTest, MixingHostAndCudaIsRejected) {
   EXPECT_THROW(host_event.record(cuda), cohort::InvalidArgument);
   EXPECT_THROW(cuda.wait(host_event), cohort::InvalidArgument);
 }
+
+#if COHORT_WITH_CUDA
+TEST_F(CudaStreamTest, WrappingNullIsTheLegacyDefaultStream) {
+  const cohort::Stream legacy = cohort::Stream::wrap_cuda(cohort::Device::cuda(0), nullptr);
+  EXPECT_EQ(legacy.native_handle(), static_cast<void*>(cudaStreamLegacy));
+  // Work on the legacy stream and the wrapped handle are one order: an event recorded on the
+  // handle completes only after a host function enqueued on stream 0 before it.
+  std::atomic<int> value{0};
+  legacy.enqueue([&] { value = 3; });
+  cohort::Event done = cohort::Event::create(cohort::Device::cuda(0));
+  done.record(legacy);
+  done.synchronize();
+  EXPECT_EQ(value.load(), 3);
+}
+
+TEST_F(CudaStreamTest, ReadyLeavesAnUnrelatedPendingErrorInPlace) {
+  // An invalid launch configuration leaves a pending error for its own check; polling an event
+  // must neither clear it nor throw it.
+  const int host_value = 1;
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::cuda(0));
+  cohort::Event event = cohort::Event::create(cohort::Device::cuda(0));
+  event.record(stream);
+  event.synchronize();
+  ASSERT_NE(cudaMemcpy(nullptr, &host_value, 1, cudaMemcpyHostToDevice), cudaSuccess);  // sets one
+  EXPECT_TRUE(event.ready());
+  EXPECT_NE(cudaPeekAtLastError(), cudaSuccess) << "ready() cleared another call's error";
+  (void)cudaGetLastError();
+}
+#endif
 
 }  // namespace

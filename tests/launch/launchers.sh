@@ -136,7 +136,7 @@ case $launcher in
   torchrun)
     # shellcheck source=../../scripts/lib/common.sh
     source "$(dirname "$0")/../../scripts/lib/common.sh"
-    torch_python=$(ensure_torch_venv "$build/torch-venv") ||
+    torch_python=$(ensure_torch_venv "$build") ||
       skip "PyTorch could not be installed from PyPI into $build/torch-venv (no network?)"
     # torchrun leaves a folder per run in TMPDIR: keep them in ours.
     export TMPDIR=$work ;;

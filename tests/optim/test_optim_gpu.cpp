@@ -32,13 +32,20 @@ namespace {
 
 void check(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
 
-/// A device copy of a host vector, copied back by `to_host`.
+/// A device copy of a host vector, copied back by `to_host`. Copies wait for the whole device
+/// before and after: cudaMemcpy runs on the legacy stream, which cohort's non-blocking streams do
+/// not wait for, and a pageable upload may return before it lands.
 template <typename T>
 class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& host) : count_(host.size()) {
     check(cudaMalloc(&data_, std::max<std::size_t>(1, count_) * sizeof(T)));
+    upload(host);
+  }
+  void upload(const std::vector<T>& host) const {
+    check(cudaDeviceSynchronize());
     check(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+    check(cudaDeviceSynchronize());
   }
   ~DeviceArray() { (void)cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
@@ -49,6 +56,7 @@ class DeviceArray {
   }
   std::vector<T> to_host() const {
     std::vector<T> host(count_);
+    check(cudaDeviceSynchronize());
     check(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
@@ -176,6 +184,52 @@ TEST(CudaKernels, GradStatsAndCastsMatchTheHost) {
   }
 }
 
+TEST(CudaKernels, CastsMatchTheHostOnAlignedAndUnalignedViewsBothWays) {
+  SKIP_WITHOUT_GPU();
+  namespace k = cohort::kernels;
+  // Odd counts and an offset of one element exercise the vector body, its tail, and the scalar
+  // path of the one cast kernel that the optimizers and DataParallel's wire compression share.
+  const std::vector<float> source = random_values<float>(4099, 11, 1e-3, 1e3);
+  const DeviceArray<float> d_source(source);
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    const std::size_t count = source.size() - offset - 2;
+    const cohort::bfloat16 poison = cohort::bfloat16::from_bits(0x7FC1);  // a NaN
+    DeviceArray<cohort::bfloat16> d_b(std::vector<cohort::bfloat16>(source.size(), poison));
+    k::cuda::cast(d_source.view().slice(offset, count), d_b.view().slice(offset, count), nullptr);
+    DeviceArray<float> d_back(std::vector<float>(source.size(), -1.0f));
+    k::cuda::cast(d_b.view().slice(offset, count), d_back.view().slice(offset, count), nullptr);
+    const auto b = d_b.to_host();
+    const auto back = d_back.to_host();
+    for (std::size_t i = 0; i < source.size(); ++i) {
+      const bool inside = i >= offset && i < offset + count;
+      if (!inside) {
+        ASSERT_EQ(b[i].bits, poison.bits) << "written outside the view at " << i;
+        continue;
+      }
+      ASSERT_EQ(b[i].bits, cohort::bfloat16(source[i]).bits) << "offset " << offset << ", " << i;
+      ASSERT_EQ(back[i], static_cast<float>(cohort::bfloat16(source[i]))) << i;
+    }
+  }
+}
+
+TEST(CudaKernels, ALaunchIsNotBlamedForAnEarlierUnrelatedError) {
+  SKIP_WITHOUT_GPU();
+  namespace k = cohort::kernels;
+  const std::vector<float> source = random_values<float>(1000, 12);
+  const DeviceArray<float> d_source(source);
+  DeviceArray<cohort::half> d_h(std::vector<cohort::half>(source.size()));
+  // A failed call whose error its caller ignored stays pending; the cast after it must neither
+  // throw that error as its own nor clear it.
+  const int host_value = 1;
+  ASSERT_NE(cudaMemcpy(nullptr, &host_value, sizeof(host_value), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  EXPECT_NO_THROW(k::cuda::cast(d_source.view(), d_h.view(), nullptr));
+  EXPECT_NE(cudaPeekAtLastError(), cudaSuccess) << "the launch cleared another call's error";
+  (void)cudaGetLastError();
+  const auto h = d_h.to_host();
+  EXPECT_EQ(h[999].bits, cohort::half(source[999]).bits);
+}
+
 TEST(CudaOptimizer, AdamWWithScalerAndClippingMatchesTheHostOptimizer) {
   SKIP_WITHOUT_GPU();
   constexpr std::size_t kCount = (1 << 16) + 5;
@@ -209,8 +263,7 @@ TEST(CudaOptimizer, AdamWWithScalerAndClippingMatchesTheHostOptimizer) {
       grads[77] = std::numeric_limits<float>::quiet_NaN();
     }
     std::copy(grads.begin(), grads.end(), host_grads.begin());
-    check(cudaMemcpy(device_grads.data(), grads.data(), kCount * sizeof(float),
-                     cudaMemcpyHostToDevice));
+    device_grads.upload(grads);
     const auto host_norm = cohort::clip_grad_norm(host_optimizer, 50.0f);
     const auto device_norm = cohort::clip_grad_norm(device_optimizer, 50.0f);
     host_optimizer.step();

@@ -16,14 +16,26 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace cohort_test {
 
-/// A program built into the test build folder: `relative` under COHORT_TEST_BINARY_DIR.
+/// A program built into the test build folder: `relative` under COHORT_TEST_BINARY_DIR; where
+/// that is not set or holds no such file (a GPU bundle keeps every program in one folder), the
+/// program of that name beside the running test.
 inline std::string build_path(const std::string& relative) {
   const char* build = std::getenv("COHORT_TEST_BINARY_DIR");
-  return std::string(build != nullptr ? build : ".") + "/" + relative;
+  const std::filesystem::path in_build = std::string(build != nullptr ? build : ".") + "/" + relative;
+  std::error_code error;
+  if (std::filesystem::exists(in_build, error)) {
+    return in_build.string();
+  }
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) {
+    return in_build.string();
+  }
+  return (self.parent_path() / std::filesystem::path(relative).filename()).string();
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.

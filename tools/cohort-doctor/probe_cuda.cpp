@@ -162,6 +162,14 @@ void probe_cuda(Report& report) {
   report.cuda_architectures = COHORT_DOCTOR_CUDA_ARCHITECTURES;
   cuda_ok(report, cudaRuntimeGetVersion(&report.cuda_runtime_code), "cudaRuntimeGetVersion");
   cuda_ok(report, cudaDriverGetVersion(&report.cuda_driver_code), "cudaDriverGetVersion");
+  // The runtime loaded next to the one compiled against, like the libraries: a CUDA runtime of
+  // another major version (a Python wheel's libcudart first on LD_LIBRARY_PATH) is an error.
+  report.libraries.push_back(
+      LibraryVersion{"CUDA runtime",
+                     report.cuda_runtime_code > 0
+                         ? std::optional<Version>(cuda_version_from_code(report.cuda_runtime_code))
+                         : std::nullopt,
+                     cuda_version_from_code(CUDART_VERSION)});
   report.libraries.push_back(nccl_version(report));
   report.libraries.push_back(cublas_version(report));
   report.libraries.push_back(cudnn_version());

@@ -129,39 +129,45 @@ class CudnnOps final : public DeviceCnnOps {
         workspace, plan.backward_filter_bytes, &kZero, plan.w, dw.data()));
   }
 
+  /// Calls `fn(g, data, parameters, offset, stats)` for each group of `group` samples: the
+  /// group's tensor and per-channel parameter descriptors, the group's first element and its
+  /// first saved statistic.
+  template <typename Fn>
+  void for_each_group(const Shape4& shape, int group, Fn&& fn) const {
+    const Shape4 part{group, shape.c, shape.h, shape.w};
+    const Tensor data(part, layout_);
+    const Tensor parameters({1, shape.c, 1, 1}, Layout::nchw);
+    for (int g = 0; g < shape.n / group; ++g) {
+      fn(g, data, parameters, static_cast<std::size_t>(g) * part.count(),
+         static_cast<std::size_t>(g * shape.c));
+    }
+  }
+
   // Batch norm over groups: one cuDNN call per group of samples, which are contiguous in both
   // layouts; the parameter gradients accumulate over the groups (beta 1 after the first).
   void batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
                           const float* beta, float* y, float* saved_mean,
                           float* saved_inv_std) override {
-    const Shape4 part{group, shape.c, shape.h, shape.w};
-    const Tensor data(part, layout_);
-    const Tensor parameters({1, shape.c, 1, 1}, Layout::nchw);
-    for (int g = 0; g < shape.n / group; ++g) {
-      const std::size_t offset = static_cast<std::size_t>(g) * part.count();
-      const auto stats = static_cast<std::size_t>(g * shape.c);
+    for_each_group(shape, group, [&](int, const Tensor& data, const Tensor& parameters,
+                                     std::size_t offset, std::size_t stats) {
       LAYERS_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
           handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, data.get(), x + offset, data.get(),
           y + offset, parameters.get(), gamma, beta, 1.0, nullptr, nullptr,
           double{CnnOps::kBatchNormEpsilon}, saved_mean + stats, saved_inv_std + stats));
-    }
+    });
   }
 
   void batch_norm_backward(const Shape4& shape, int group, const float* x, const float* dy,
                            const float* gamma, const float* saved_mean, const float* saved_inv_std,
                            float* dx, float* dgamma, float* dbeta) override {
-    const Shape4 part{group, shape.c, shape.h, shape.w};
-    const Tensor data(part, layout_);
-    const Tensor parameters({1, shape.c, 1, 1}, Layout::nchw);
-    for (int g = 0; g < shape.n / group; ++g) {
-      const std::size_t offset = static_cast<std::size_t>(g) * part.count();
-      const auto stats = static_cast<std::size_t>(g * shape.c);
+    for_each_group(shape, group, [&](int g, const Tensor& data, const Tensor& parameters,
+                                     std::size_t offset, std::size_t stats) {
       LAYERS_CUDNN_TRY(cudnnBatchNormalizationBackward(
           handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, g == 0 ? &kZero : &kOne,
           data.get(), x + offset, data.get(), dy + offset, data.get(), dx + offset,
           parameters.get(), gamma, dgamma, dbeta, double{CnnOps::kBatchNormEpsilon},
           saved_mean + stats, saved_inv_std + stats));
-    }
+    });
   }
 
   void relu(const float* x, float* y, std::size_t count) override {

@@ -50,7 +50,8 @@ class Stream {
   static Stream create(Device device, HostExecution execution = HostExecution::worker);
 
   /// A handle to a CUDA stream that the caller created and keeps alive for as long as the handle
-  /// is used; cohort never destroys it. `cuda_stream` is a `cudaStream_t`.
+  /// is used; cohort never destroys it. `cuda_stream` is a `cudaStream_t`; nullptr means the
+  /// legacy default stream (whose `native_handle()` is then `cudaStreamLegacy`).
   static Stream wrap_cuda(Device device, void* cuda_stream);
 
   Device device() const noexcept;
@@ -79,6 +80,10 @@ class Stream {
 
   /// Whether all work enqueued so far has finished; never blocks.
   bool ready() const;
+
+  /// Whether a CUDA graph capture (`cudaStreamBeginCapture`) is recording this stream now;
+  /// always false for a host stream.
+  bool capturing() const;
 
   /// The `cudaStream_t` of a CUDA stream; nullptr for a host stream.
   void* native_handle() const noexcept;

@@ -1,0 +1,158 @@
+// The watchdog against backends that misbehave in ways only a GPU shows for real (a completion
+// probe that throws on a sticky CUDA error, a collective stuck inside the backend's enqueue),
+// played here by host stand-ins built on the library's own internals.
+#include "comm/comm_context.hpp"
+#include "comm/watchdog.hpp"
+#include "comm/work_state.hpp"
+
+#include <cohort/comm/communicator.hpp>
+#include <cohort/core/error.hpp>
+#include <cohort/core/stream.hpp>
+#include <cohort/detail/event_pool.hpp>
+#include <cohort/launch/memory_store.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using cohort::detail::CommContext;
+using cohort::detail::WorkState;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+/// One rank's world: a store, its watchdog, and contexts watched by it.
+class WatchdogTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<CommContext> make_context(std::chrono::milliseconds timeout) {
+    auto context = std::make_shared<CommContext>(cohort::StoreGroup(
+        std::make_shared<cohort::PrefixStore>("test", store_), 0, 1, timeout, {0}, "test"));
+    context->name = "test";
+    context->id = "test";
+    context->monitor_store = std::make_shared<cohort::PrefixStore>("test", store_);
+    context->backend_version = "test backend";
+    context->watchdog = watchdog_;
+    watchdog_->add(context);
+    return context;
+  }
+
+  bool published() { return store_->check({"failure"}); }
+
+  std::shared_ptr<cohort::MemoryStore> store_ = std::make_shared<cohort::MemoryStore>();
+  std::shared_ptr<cohort::detail::Watchdog> watchdog_ =
+      cohort::detail::Watchdog::start(store_->clone(), 0);
+};
+
+/// Whether `condition` holds within `limit`: the watchdog fails a work first, then publishes the
+/// failure and aborts, so a waiter that saw the work fail may look a moment too early.
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::milliseconds limit = 2000ms) {
+  const auto give_up = Clock::now() + limit;
+  while (!condition()) {
+    if (Clock::now() >= give_up) {
+      return false;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+std::shared_ptr<WorkState> make_work(const CommContext& context) {
+  cohort::CollectiveRecord record;
+  record.sequence = 1;
+  record.op = cohort::CollectiveOp::all_reduce;
+  record.dtype = cohort::DType::f32;
+  record.count = 4;
+  record.bytes = 16;
+  return std::make_shared<WorkState>(record, Clock::now() + context.timeout(), context.recorder);
+}
+
+TEST_F(WatchdogTest, AProbeThatThrowsFailsTheWorkPublishesAndAbortsWithinASecond) {
+  auto context = make_context(60s);  // far away: only the probe's error may end the work
+  auto work = make_work(*context);
+  work->set_completion_probe([]() -> bool {
+    throw cohort::CudaError("cudaEventQuery failed: cudaErrorIllegalAddress (sticky)");
+  });
+  const auto start = Clock::now();
+  context->track(work);
+  while (!work->finished() && Clock::now() - start < 5s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto took = Clock::now() - start;
+  ASSERT_TRUE(work->finished()) << "the watchdog never failed a work whose probe throws";
+  EXPECT_LT(took, 1s);
+  EXPECT_THAT([&] { work->rethrow_if_failed(); },
+              ::testing::ThrowsMessage<cohort::Error>(
+                  ::testing::HasSubstr("cudaErrorIllegalAddress")));
+  EXPECT_TRUE(eventually([&] { return published(); }))
+      << "the failure did not reach the store, so peers would wait";
+  EXPECT_TRUE(eventually([&] { return context->aborted(); }));
+  EXPECT_LT(Clock::now() - start, 1s);
+}
+
+/// A backend whose enqueue does not return until the work it was given has failed (or 10 s).
+class StuckBackend final : public cohort::Communicator {
+ public:
+  explicit StuckBackend(std::shared_ptr<CommContext> context)
+      : Communicator(std::move(context)) {}
+  void* native_handle() const noexcept override { return nullptr; }
+
+ protected:
+  void run(const Call& /*call*/, const cohort::Stream& /*stream*/,
+           const std::shared_ptr<WorkState>& work) override {
+    const auto give_up = Clock::now() + 10s;
+    while (!work->finished() && Clock::now() < give_up) {
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  std::unique_ptr<Communicator> do_split(int /*color*/, int /*key*/,
+                                         std::string /*name*/) override {
+    return nullptr;
+  }
+};
+
+TEST_F(WatchdogTest, ACollectiveStuckInTheBackendsEnqueueIsFailedAtItsDeadline) {
+  StuckBackend comm(make_context(300ms));
+  std::vector<float> data(4, 1.0f);
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  const auto start = Clock::now();
+  cohort::Work work =
+      comm.all_reduce(cohort::TensorView(std::span<float>(data)), cohort::ReduceOp::sum, stream);
+  const auto took = Clock::now() - start;
+  EXPECT_LT(took, 3s) << "the enqueue was not seen by the watchdog";
+  EXPECT_THROW(work.wait(), cohort::TimeoutError);
+  EXPECT_TRUE(eventually([&] { return published(); }));
+  EXPECT_TRUE(eventually([&] { return comm.aborted(); }));
+}
+
+TEST(EventPool, ReusesAnEventOnceItsLastHolderLetsGo) {
+  cohort::detail::EventPool pool(cohort::Device::host(), /*timing=*/false);
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  const cohort::Event* first_address = nullptr;
+  {
+    std::shared_ptr<cohort::Event> first = pool.acquire();
+    first->record(stream);
+    first_address = first.get();
+    std::shared_ptr<cohort::Event> second = pool.acquire();
+    EXPECT_NE(second.get(), first_address) << "an event in use was handed out twice";
+  }
+  EXPECT_EQ(pool.free_count(), 2u);
+  std::shared_ptr<cohort::Event> again = pool.acquire();
+  EXPECT_EQ(pool.free_count(), 1u);
+  again->record(stream);
+  again->synchronize();
+  EXPECT_TRUE(again->ready());
+}
+
+TEST(GraphCapture, AHostStreamIsNeverCapturing) {
+  EXPECT_FALSE(cohort::Stream::create(cohort::Device::host()).capturing());
+}
+
+}  // namespace
