@@ -146,26 +146,29 @@ run_fuzzers() {
   done
 }
 
-# Prints the python of a virtual environment with PyTorch under the given build folder
-# (<build>/torch-venv), creating it and installing torch with pip the first time (PyPI's wheel
-# with its CUDA libraries: about 66 s and 5.3 GB). Used by the PyTorch peer benchmarks and the
-# torchrun launch tests, hence the probe of torch.distributed.run. Returns 1, saying why on stderr,
-# when torch cannot be installed (no network, no wheel for this machine).
+# Prints the python of the virtual environment with PyTorch that the PyTorch peer benchmarks and
+# the torchrun tests share, build/torch-venv (one for every preset), creating it and installing
+# torch with pip the first time (PyPI's wheel with its CUDA libraries: about 66 s and 5.3 GB on a
+# quiet machine). Idempotent, and safe to call from tests that run at once (a lock). Returns 1,
+# saying why on stderr, when torch cannot be installed (no network, no wheel for this machine).
 ensure_torch_venv() {
-  local venv="$1/torch-venv"
-  local probe=(-c 'import torch.distributed.run, numpy')
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" "${probe[@]}" >/dev/null 2>&1; then
-    echo "$venv/bin/python"
-    return 0
-  fi
-  ensure_packages python3-venv >&2
-  if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/pip" install -q torch numpy >&2; then
-    echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
-    return 1
-  fi
-  if ! "$venv/bin/python" "${probe[@]}" >&2; then
-    echo "cohort: torch was installed into $venv but torch.distributed.run does not import" >&2
-    return 1
-  fi
+  local venv="$cohort_root/build/torch-venv"
+  mkdir -p "$cohort_root/build" || return 1
+  (
+    flock 9
+    local probe=(-c 'import torch.distributed.run, numpy')
+    if [ -x "$venv/bin/python" ] && "$venv/bin/python" "${probe[@]}" >/dev/null 2>&1; then
+      exit 0
+    fi
+    ensure_packages python3-venv >&2
+    if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/python" -m pip install -q torch numpy >&2; then
+      echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
+      exit 1
+    fi
+    if ! "$venv/bin/python" "${probe[@]}" >&2; then
+      echo "cohort: torch was installed into $venv but torch.distributed.run does not import" >&2
+      exit 1
+    fi
+  ) 9>"$cohort_root/build/torch-venv.lock" || return 1
   echo "$venv/bin/python"
 }

@@ -193,8 +193,9 @@ std::optional<Reading> read_cohortrun(const Environment& env) {
 std::optional<Reading> read_torchrun(const Environment& env) {
   auto reading = read_mpi_style(env, kTorchrun);
   if (!reading) return reading;
-  // torchrun gives the node (group) rank but not the node count.
+  // The node is torchrun's agent group: one agent per node.
   reading->node_rank = env.integer("GROUP_RANK");
+  reading->num_nodes = env.integer("GROUP_WORLD_SIZE");
   if (auto id = env.text("TORCHELASTIC_RUN_ID"); id && *id != "none") {
     reading->run_id = sanitize_run_id(*id);
   }

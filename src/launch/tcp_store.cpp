@@ -1,6 +1,7 @@
 #include <cohort/launch/tcp_store.hpp>
 
 #include <cohort/core/env.hpp>
+#include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
@@ -144,7 +145,7 @@ void TcpStore::Impl::connect() {
   const auto started = Clock::now();
   const auto deadline = detail::deadline_after(options.connect_timeout);
   auto next_progress = started + kProgressEvery;
-  detail::Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
+  Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::string error = "no attempt finished";
   tcp::Request hello;
   hello.opcode = tcp::Opcode::hello;

@@ -4,8 +4,8 @@
 #
 #   launchers.sh LAUNCHER BUILD_DIR
 #
-# LAUNCHER: cohortrun, mpirun, torchrun or slurm. torchrun comes from PyPI, in a virtual
-# environment under BUILD_DIR that the test makes (scripts/lib/common.sh: ensure_torch_venv); the
+# LAUNCHER: cohortrun, mpirun, torchrun or slurm. torchrun comes from PyPI, in the virtual
+# environment build/torch-venv that the test makes (scripts/lib/common.sh: ensure_torch_venv); the
 # ranks meet through torchrun's own store, and a failing rank's error reaches torchrun's summary.
 # For slurm the test configures and starts a one-node
 # cluster of its own (munged, slurmctld, slurmd in a fresh folder) and stops it on every exit path.
@@ -136,8 +136,8 @@ case $launcher in
   torchrun)
     # shellcheck source=../../scripts/lib/common.sh
     source "$(dirname "$0")/../../scripts/lib/common.sh"
-    torch_python=$(ensure_torch_venv "$build") ||
-      skip "PyTorch could not be installed from PyPI into $build/torch-venv (no network?)"
+    torch_python=$(ensure_torch_venv) ||
+      skip "PyTorch could not be installed from PyPI (pip install torch failed: no network?)"
     # torchrun leaves a folder per run in TMPDIR: keep them in ours.
     export TMPDIR=$work ;;
   slurm) start_slurm ;;

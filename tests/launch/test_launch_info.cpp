@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <sstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -76,6 +76,7 @@ const Env kTorchrunEnv{{"RANK", "3"},
                        {"LOCAL_RANK", "3"},
                        {"LOCAL_WORLD_SIZE", "4"},
                        {"GROUP_RANK", "0"},
+                       {"GROUP_WORLD_SIZE", "2"},
                        {"MASTER_ADDR", "10.0.0.2"},
                        {"MASTER_PORT", "29501"},
                        {"TORCHELASTIC_RUN_ID", "job7"}};
@@ -213,7 +214,7 @@ TEST(LaunchInfo, SaysWhichTopologyTheLauncherGave) {
   const LaunchInfo torchrun = read(kTorchrunEnv);
   EXPECT_EQ(torchrun.given.local_rank, "LOCAL_RANK");
   EXPECT_EQ(torchrun.given.node_rank, "GROUP_RANK");
-  EXPECT_EQ(torchrun.given.num_nodes, "");
+  EXPECT_EQ(torchrun.given.num_nodes, "GROUP_WORLD_SIZE");
   const LaunchInfo open_mpi = read(kOpenMpiEnv);
   EXPECT_EQ(open_mpi.given.local_rank, "OMPI_COMM_WORLD_LOCAL_RANK");
   EXPECT_EQ(open_mpi.given.node_rank, "");
@@ -245,7 +246,9 @@ TEST(LaunchInfo, RecordFailureWritesTorchrunsErrorFile) {
   record_failure("never written", lookup({}));
   record_failure("rank 1: \"bad\"\nsecond line", lookup({{"TORCHELASTIC_ERROR_FILE", path}}));
   std::ifstream file(path);
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::stringstream contents;
+  contents << file.rdbuf();
+  const std::string text = contents.str();
   EXPECT_THAT(text, ::testing::StartsWith(
                         "{\"message\": \"rank 1: \\\"bad\\\"\\nsecond line\", \"timestamp\": "));
   EXPECT_THAT(text, ::testing::EndsWith("}\n"));

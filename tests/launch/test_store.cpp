@@ -1,12 +1,15 @@
-// One typed suite over every store (memory, file, TCP), then what only FileStore promises.
+// One typed suite over every store (memory, file, TCP, and TorchStore against PyTorch's TCPStore
+// server), then what only FileStore promises.
 
 #include <cohort/core/error.hpp>
 #include <cohort/launch/file_store.hpp>
 #include <cohort/launch/memory_store.hpp>
 #include <cohort/launch/store.hpp>
 #include <cohort/launch/tcp_store.hpp>
+#include <cohort/launch/torch_store.hpp>
 
 #include "support/test_helpers.hpp"
+#include "support/torch_store_server.hpp"
 
 #include <gtest/gtest.h>
 
@@ -94,11 +97,30 @@ struct TcpBackend {
   }
 };
 
+/// TorchStore, a client of a fresh PyTorch TCPStore server: libuv's, PyTorch's default and what
+/// torchrun's agent runs (the classic one: Note [PyTorch TCPStore protocol]). make() gives
+/// nullptr, and `unavailable` says why, where PyTorch is not installed.
+struct TorchBackend {
+  static constexpr const char* kName = "TorchStoreLibuv";
+  std::string unavailable;
+  std::shared_ptr<Store> make() {
+    auto* servers = cohort_test::TorchStoreServers::instance(unavailable);
+    if (servers == nullptr) return nullptr;
+    return std::make_shared<TorchStore>("127.0.0.1", servers->new_server(), kStoreTimeout);
+  }
+};
+
 template <typename Backend>
 class StoreTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    store_ = backend_.make();
+    if constexpr (requires { backend_.unavailable; }) {
+      if (store_ == nullptr) GTEST_SKIP() << backend_.unavailable;
+    }
+  }
   Backend backend_;
-  std::shared_ptr<Store> store_ = backend_.make();
+  std::shared_ptr<Store> store_;
 };
 
 struct BackendName {
@@ -108,7 +130,7 @@ struct BackendName {
   }
 };
 
-using Backends = ::testing::Types<MemoryBackend, FileBackend, TcpBackend>;
+using Backends = ::testing::Types<MemoryBackend, FileBackend, TcpBackend, TorchBackend>;
 TYPED_TEST_SUITE(StoreTest, Backends, BackendName);
 
 TYPED_TEST(StoreTest, SetThenGetReturnsTheLatestValue) {
