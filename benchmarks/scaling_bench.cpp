@@ -22,10 +22,13 @@
 // durations), exposed communication (not hidden behind backward), overlap, achieved busbw
 // (bytes / communication time x 2(k-1)/k, nccl-tests' definition), and the lost percent split
 // into exposed communication, imbalance (waiting for the slowest rank's compute) and overhead (the
-// rest). Then a projection to 8 and 64 GPUs from the ring model, 2(n-1) alpha + 2(n-1)/n x bytes
-// / B per bucket, buckets issued as the measured backward makes them ready.
+// rest). At the largest rank count a link probe times the step's all-reduces alone and the model
+// predicts the measured step from it (Note [Checking the model], scaling/report.cpp); then a
+// projection to 8 and 64 GPUs with the same model, alpha + 2(n-1)/n x bytes / B per bucket,
+// buckets issued as the measured backward makes them ready, alpha and B published numbers.
 
 #include "scaling/measure.hpp"
+#include "scaling/probe.hpp"
 #include "scaling/report.hpp"
 
 #include <cohort/comm/world.hpp>
@@ -113,6 +116,7 @@ int run(cohort::World& world, const Setup& setup) {
   const std::string run_scope = "scaling";  // the world's store is scoped to this world
   const std::vector<int> counts = rank_counts(world.size());
   Progress progress;
+  LinkProbe probe;
   std::optional<ProgressLines> lines;
   if (leader) {
     print_expectation(setup, counts);
@@ -129,6 +133,11 @@ int run(cohort::World& world, const Setup& setup) {
                            static_cast<double>(counts.size() - index);
       cohort::World group = sub_world(world, k, scope);
       const RankSamples samples = measure(group, setup, share, leader ? &progress : nullptr);
+      if (setup.options.probe && k > 1 && index + 1 == counts.size()) {
+        std::vector<std::size_t> sizes = bucket_sizes(registry_of(setup.workload), k, samples.buckets);
+        sizes.push_back(4096);
+        probe = probe_link(group, sizes, 5);
+      }
       world.store().set(scope + "/result/" + std::to_string(world.rank()), to_json(samples).dump());
     }
     world.store().set(scope + "/done/" + std::to_string(world.rank()), "1");
@@ -154,8 +163,9 @@ int run(cohort::World& world, const Setup& setup) {
   cohort::ParamRegistry registry = registry_of(setup.workload);
   std::vector<Projection> projections;
   for (const int gpus : {8, 64}) projections.push_back(project(gpus, setup, rows.front(), registry));
-  print_report(setup, rows, projections, world, buckets);
-  const nlohmann::json report = report_json(setup, rows, projections, world);
+  const ModelCheck check = check_model(setup, rows.back(), rows.front(), registry, probe);
+  print_report(setup, rows, projections, check, world, buckets);
+  const nlohmann::json report = report_json(setup, rows, projections, check, world);
   if (!setup.options.json.empty()) {
     cli::write_file("--json", setup.options.json, report.dump(2) + "\n");
   }
@@ -200,20 +210,26 @@ int main(int argc, char** argv) {
                  "host ranks: fewer timed steps (3 at least) when --steps would take longer than "
                  "this, measured at each rank count's warm-up; 0: always --steps")
       ->check(cli::number(0, 1e7));
-  app.add_option("--bucket-mb", options.bucket_mb, "bucket cap (MiB); default 25, or 4 for mlp")
+  app.add_option("--bucket-mb", options.bucket_mb,
+                 "bucket cap (MiB); default: from the measured link, or 25 with --first-bucket-mb")
       ->check(cli::positive(1 << 20));
-  app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)")
+  app.add_option("--first-bucket-mb", options.first_bucket_mb,
+                 "first bucket cap (MiB); default: from the measured link, or 1 with --bucket-mb")
       ->check(cli::positive(1 << 20));
   app.add_option("--hidden", options.hidden, "mlp: hidden width")->check(cli::whole(1, 1 << 20));
   app.add_option("--layers", options.layers, "mlp: linear layers")->check(cli::whole(1, 1000));
   app.add_option("--link-gbps", options.link_gbps, "projection: all-reduce busbw in a node (GB/s)")
       ->check(cli::positive(1e6));
-  app.add_option("--link-latency-us", options.link_latency_us, "projection: latency per ring step in a node")
+  app.add_option("--link-latency-us", options.link_latency_us,
+                 "projection: cost of one small all-reduce in a node (us)")
       ->check(cli::number(0, 1e9));
   app.add_option("--node-gbps", options.node_gbps, "projection: all-reduce busbw across nodes (GB/s)")
       ->check(cli::positive(1e6));
-  app.add_option("--node-latency-us", options.node_latency_us, "projection: latency per ring step across nodes")
+  app.add_option("--node-latency-us", options.node_latency_us,
+                 "projection: cost of one small all-reduce across nodes (us)")
       ->check(cli::number(0, 1e9));
+  app.add_flag("!--no-probe", options.probe,
+               "skip the link probe and the model check at the largest rank count");
   app.add_option("--gpus-per-node", options.gpus_per_node, "projection: GPUs per node")
       ->check(cli::whole(1, 1024));
   app.add_option("--json", options.json, "write the report to this file")
@@ -229,7 +245,18 @@ int main(int argc, char** argv) {
         options.workload, layers::MlpConfig{.inputs = 32, .hidden = options.hidden,
                                             .layers = options.layers, .classes = 10,
                                             .dtype = cohort::DType::f32});
-    if (setup.options.bucket_mb <= 0.0) setup.options.bucket_mb = options.workload == "mlp" ? 4.0 : 25.0;
+    if (options.bucket_mb > 0.0 || options.first_bucket_mb > 0.0) {
+      // Either flag fixes the caps; the other keeps the library's default.
+      Options& o = setup.options;
+      if (o.bucket_mb <= 0.0) o.bucket_mb = static_cast<double>(cohort::kDefaultBucketBytes) / 1048576.0;
+      if (o.first_bucket_mb <= 0.0) {
+        o.first_bucket_mb = static_cast<double>(cohort::kDefaultFirstBucketBytes) / 1048576.0;
+      }
+      if (o.bucket_mb * 1048576.0 < 1.0 || o.first_bucket_mb * 1048576.0 < 1.0) {
+        std::fprintf(stderr, "scaling_bench: --bucket-mb and --first-bucket-mb must be at least 1 byte\n");
+        return 2;
+      }
+    }
     setup.batch = options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     auto run_world = [&](cohort::World& world) {

@@ -1,5 +1,6 @@
 #include "scaling/measure.hpp"
 
+#include <layers/bucket_json.hpp>
 #include <layers/dataset.hpp>
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
@@ -47,8 +48,10 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     registry = registry_of(setup.workload);
   }
   cohort::DataParallelOptions dp_options;
-  dp_options.bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1048576.0);
-  dp_options.first_bucket_bytes = static_cast<std::size_t>(options.first_bucket_mb * 1048576.0);
+  if (options.bucket_mb > 0.0) {  // fixed caps; otherwise kAutoBucketBytes, the default
+    dp_options.bucket_bytes = static_cast<std::size_t>(options.bucket_mb * 1048576.0);
+    dp_options.first_bucket_bytes = static_cast<std::size_t>(options.first_bucket_mb * 1048576.0);
+  }
   dp_options.compute_stream = stream;
   if (real_mlp) {
     dp_options.init = [&](cohort::DataParallel& d) { mlp->initialise(d, math, 1); };
@@ -92,6 +95,7 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   cohort::Event start = cohort::Event::create(world.device(), true);
   cohort::Event backward_done = cohort::Event::create(world.device(), true);
   RankSamples samples;
+  samples.buckets = dp.bucket_sizing();
   int timed = options.steps;
   if (progress != nullptr) {
     progress->ranks = world.size();
@@ -159,7 +163,8 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
 nlohmann::json to_json(const RankSamples& samples) {
   return {{"step_ms", samples.step_ms},       {"compute_ms", samples.compute_ms},
           {"comm_ms", samples.comm_ms},       {"exposed_ms", samples.exposed_ms},
-          {"bytes", samples.bytes},           {"collectives", samples.collectives}};
+          {"bytes", samples.bytes},           {"collectives", samples.collectives},
+          {"buckets", layers::bucket_json(samples.buckets)}};
 }
 
 RankSamples from_json(const nlohmann::json& in) {
@@ -170,6 +175,7 @@ RankSamples from_json(const nlohmann::json& in) {
   samples.exposed_ms = in.at("exposed_ms").get<std::vector<double>>();
   samples.bytes = in.at("bytes").get<double>();
   samples.collectives = in.at("collectives").get<double>();
+  samples.buckets = layers::bucket_sizing_from_json(in.at("buckets"));
   return samples;
 }
 

@@ -1,5 +1,7 @@
 #include "scaling/report.hpp"
 
+#include <layers/bucket_json.hpp>
+
 #include "common/bench_common.hpp"
 
 #include <cohort/core/env.hpp>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -69,6 +72,7 @@ std::string find_python() {
 Row summarize(int ranks, const std::vector<RankSamples>& all, double batch) {
   Row row;
   row.ranks = ranks;
+  row.buckets = all.front().buckets;  // every rank planned the same caps
   const std::size_t steps = all.front().step_ms.size();
   std::vector<double> step, compute, comm, exposed, imbalance;
   for (std::size_t s = 0; s < steps; ++s) {
@@ -116,6 +120,90 @@ void attribute(Row& row, const Row& one) {
   row.lost_overhead = (lost_ms - exposed - imbalance) / row.step_ms;
 }
 
+namespace {
+
+/// When each parameter's gradient is complete, for a step whose forward and backward compute
+/// take `compute_ms`: forward is a third of it, then the layers' backward in reverse, each in
+/// proportion to its FLOPs.
+std::vector<double> ready_times(const Setup& setup, const cohort::ParamRegistry& registry,
+                                double compute_ms) {
+  const double total_flops = 3.0 * setup.workload.forward_flops();
+  const double scale = total_flops > 0 ? compute_ms / total_flops : 0.0;
+  std::vector<double> ready(registry.size(), 0.0);
+  double clock = setup.workload.forward_flops() * scale;
+  for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
+    const layers::WorkloadLayer& layer = setup.workload.layers[l];
+    clock += 2.0 * layer.forward_flops * scale;
+    for (const layers::WorkloadParam& param : layer.params) ready[registry.find(param.name).index] = clock;
+  }
+  return ready;
+}
+
+cohort::BucketPlan plan_for(const cohort::ParamRegistry& registry, int ranks,
+                            const cohort::BucketSizing& caps) {
+  return cohort::make_bucket_plan(registry, ranks, caps.middle_bytes, caps.first_bytes,
+                                  caps.last_bytes);
+}
+
+/// The buckets' all-reduces, one after another on the communicator, each issued once its last
+/// gradient is ready: their total time, and when the last one ends.
+template <typename Cost>
+std::pair<double, double> run_buckets(const cohort::BucketPlan& plan,
+                                      const std::vector<double>& ready, Cost cost) {
+  double total = 0.0, end = 0.0;
+  for (const cohort::Bucket& bucket : plan.buckets) {
+    double bucket_ready = 0.0;
+    for (const std::uint32_t index : bucket.params) bucket_ready = std::max(bucket_ready, ready[index]);
+    const double ms = cost(static_cast<double>(bucket.slice.count * cohort::size_of(plan.dtype)));
+    total += ms;
+    end = std::max(end, bucket_ready) + ms;
+  }
+  return {total, end};
+}
+
+}  // namespace
+
+std::vector<std::size_t> bucket_sizes(const cohort::ParamRegistry& registry, int ranks,
+                                      const cohort::BucketSizing& caps) {
+  const cohort::BucketPlan plan = plan_for(registry, ranks, caps);
+  std::vector<std::size_t> sizes;
+  for (const cohort::Bucket& bucket : plan.buckets) {
+    sizes.push_back(bucket.slice.count * cohort::size_of(plan.dtype));
+  }
+  return sizes;
+}
+
+// Note [Checking the model]
+// The projection is only as good as its model, so the model is first made to predict what was
+// measured here. At the largest rank count the probe times all-reduces of the step's own bucket
+// sizes (and a small one) on the world that trained, with no compute running, and fits the cost
+// of one all-reduce, alpha + bytes / B: per-collective overhead (Gloo's and the host's, the
+// two-level ring across nodes with its in-node parts) lands in alpha, the link in B. The model
+// then replays the step: compute as measured at that rank count (the slowest rank's), buckets
+// all-reduced one after another, each issued once backward has made its last gradient, at the
+// fitted cost; the step is that compute plus what communication leaves exposed plus the
+// one-rank step's time outside compute (optimizer, synchronization). Its error against the
+// measured step is reported; the projection to 8 and 64 GPUs uses the same replay with
+// published link numbers in place of the probe.
+ModelCheck check_model(const Setup& setup, const Row& row, const Row& one,
+                       const cohort::ParamRegistry& registry, const LinkProbe& probe) {
+  ModelCheck check;
+  check.valid = row.ranks > 1 && !probe.ms.empty();
+  if (!check.valid) return check;
+  check.ranks = row.ranks;
+  check.probe = probe;
+  const double compute = row.compute_ms + std::max(0.0, row.imbalance_ms);
+  const auto [comm, end] =
+      run_buckets(plan_for(registry, row.ranks, row.buckets), ready_times(setup, registry, compute),
+                  [&](double bytes) { return probe.alpha_ms + bytes * probe.ms_per_byte; });
+  check.comm_ms = comm;
+  check.exposed_ms = std::max(0.0, end - compute);
+  check.predicted_ms = (one.step_ms - one.compute_ms) + compute + check.exposed_ms;
+  check.measured_ms = row.step_ms;
+  check.error = (check.predicted_ms - check.measured_ms) / check.measured_ms;
+  return check;
+}
+
 Projection project(int gpus, const Setup& setup, const Row& one, const cohort::ParamRegistry& registry) {
   const Options& o = setup.options;
   Projection p;
@@ -124,32 +212,22 @@ Projection project(int gpus, const Setup& setup, const Row& one, const cohort::P
   p.link_gbps = inside ? o.link_gbps : o.node_gbps;
   p.latency_us = inside ? o.link_latency_us : o.node_latency_us;
   p.link = inside ? "in a node" : "across nodes";
-  const cohort::BucketPlan plan = cohort::make_bucket_plan(
-      registry, gpus, static_cast<std::size_t>(o.bucket_mb * 1048576.0),
-      static_cast<std::size_t>(o.first_bucket_mb * 1048576.0));
-  // When each parameter's gradient is complete: forward is a third of the compute, then the
-  // layers' backward in reverse, each in proportion to its FLOPs, scaled to the measured compute.
-  const double total_flops = 3.0 * setup.workload.forward_flops();
-  const double scale = total_flops > 0 ? one.compute_ms / total_flops : 0.0;
-  std::vector<double> ready(registry.size(), 0.0);
-  double clock = setup.workload.forward_flops() * scale;
-  for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
-    const layers::WorkloadLayer& layer = setup.workload.layers[l];
-    clock += 2.0 * layer.forward_flops * scale;
-    for (const layers::WorkloadParam& param : layer.params) ready[registry.find(param.name).index] = clock;
-  }
   const double n = gpus;
-  double comm_end = 0.0;
-  for (const cohort::Bucket& bucket : plan.buckets) {
-    double bucket_ready = 0.0;
-    for (const std::uint32_t index : bucket.params) bucket_ready = std::max(bucket_ready, ready[index]);
-    const double bytes = static_cast<double>(bucket.slice.count * cohort::size_of(plan.dtype));
-    const double ms = (2.0 * (n - 1) * p.latency_us * 1e-3) +
-                      2.0 * (n - 1) / n * bytes / (p.link_gbps * 1e9) * 1e3;
-    p.comm_ms += ms;
-    comm_end = std::max(comm_end, bucket_ready) + ms;
+  if (!one.buckets.automatic) {
+    p.buckets = one.buckets;  // the caps given, as the measured rows used them
+  } else {
+    // The caps the library would choose on the projected link: the cost below, as alpha and
+    // algorithmic bandwidth (GB/s are 1e3 bytes per us).
+    p.buckets = cohort::choose_bucket_sizes(
+        {.alpha_us = p.latency_us, .bytes_per_us = p.link_gbps * 1e3 * n / (2.0 * (n - 1))});
   }
-  p.exposed_ms = std::max(0.0, comm_end - one.compute_ms);
+  const auto [comm, end] = run_buckets(
+      plan_for(registry, gpus, p.buckets), ready_times(setup, registry, one.compute_ms),
+      [&](double bytes) {
+        return p.latency_us * 1e-3 + 2.0 * (n - 1) / n * bytes / (p.link_gbps * 1e9) * 1e3;
+      });
+  p.comm_ms = comm;
+  p.exposed_ms = std::max(0.0, end - one.compute_ms);
   p.step_ms = one.step_ms + p.exposed_ms;
   p.efficiency = one.step_ms / p.step_ms;
   p.throughput = n * setup.batch / (p.step_ms / 1e3);
@@ -157,8 +235,8 @@ Projection project(int gpus, const Setup& setup, const Row& one, const cohort::P
 }
 
 void print_report(const Setup& setup, const std::vector<Row>& rows,
-                  const std::vector<Projection>& projections, const cohort::World& world,
-                  std::size_t buckets) {
+                  const std::vector<Projection>& projections, const ModelCheck& check,
+                  const cohort::World& world, std::size_t buckets) {
   const Options& o = setup.options;
   const layers::Workload& w = setup.workload;
   std::printf("# scaling_bench: %s, %.1fM parameters in %zu tensors (%.1f MB of f32 gradients), "
@@ -181,9 +259,11 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
   }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);
-  std::printf("# buckets: %g MiB (first %g MiB): %zu all-reduces per step; %s timed steps after %d "
+  // Automatic caps are measured again at each rank count: the widest one's are shown.
+  std::printf("# buckets at %d ranks: %s: %zu all-reduces per step; %s timed steps after %d "
               "warm-up; step times are medians of the slowest rank\n#\n",
-              o.bucket_mb, o.first_bucket_mb, buckets, timed.c_str(), o.warmup);
+              rows.back().ranks, rows.back().buckets.describe().c_str(), buckets, timed.c_str(),
+              o.warmup);
   std::printf("# %5s %9s %11s %6s | %9s %9s %9s %7s %9s | %6s = %8s + %9s + %8s\n", "ranks", "step",
               "throughput", "effic", "compute", "comm", "exposed", "overlap", "busbw", "lost",
               "exposed", "imbalance", "overhead");
@@ -202,18 +282,37 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
                 r.exposed_ms, 100.0 * r.overlap, r.busbw, 100.0 * r.lost, 100.0 * r.lost_exposed,
                 100.0 * r.lost_imbalance, 100.0 * r.lost_overhead);
   }
-  std::printf("#\n# projection, ring model per bucket: 2(n-1) alpha + 2(n-1)/n x bytes / B; buckets "
-              "issued as backward makes them ready; compute as measured at 1 rank%s; imbalance and "
-              "overhead not modelled\n",
-              setup.simulated ? " (simulated)" : "");
+  if (check.valid) {
+    const LinkProbe& probe = check.probe;
+    std::printf("#\n# link probe at %d ranks (%s): all-reduce", probe.ranks, probe.backend.c_str());
+    for (std::size_t i = 0; i < probe.ms.size(); ++i) {
+      std::printf("%s %.0f KiB %.2f ms", i == 0 ? "" : ",", probe.bytes[i] / 1024.0, probe.ms[i]);
+    }
+    std::printf("; fit: %.3f ms per all-reduce + %.3f ms per MB (%.3f GB/s busbw)\n",
+                probe.alpha_ms, probe.ms_per_byte * 1e6,
+                probe.ms_per_byte > 0 ? 2.0 * (probe.ranks - 1) / probe.ranks / (probe.ms_per_byte * 1e6)
+                                      : 0.0);
+    std::printf("# model check at %d ranks (Note [Checking the model]): measured step %.2f ms, "
+                "predicted %.2f ms (communication %.2f ms, exposed %.2f ms): error %+.1f%%\n",
+                check.ranks, check.measured_ms, check.predicted_ms, check.comm_ms,
+                check.exposed_ms, 100.0 * check.error);
+  }
+  std::printf("#\n# projection (assumed inputs, not measured here): each bucket's all-reduce "
+              "costs alpha + 2(n-1)/n x bytes / B, alpha and B published nccl-tests numbers "
+              "(docs/design.md); buckets issued as backward makes them ready; compute as measured "
+              "at 1 rank%s; imbalance and overhead not modelled; %s\n",
+              setup.simulated ? " (simulated)" : "",
+              check.valid ? ("the model was " + std::to_string(static_cast<int>(std::lround(100.0 * std::abs(check.error)))) +
+                             "% off the measured step at " + std::to_string(check.ranks) + " ranks here").c_str()
+                          : "the model was not checked against a measurement here");
   for (const Projection& p : projections) {
     std::printf("  %5d %9.2f %11.1f %6.1f | %9.2f %9.2f %9.2f %7.1f %9s | %6.1f = %8.1f + %9.1f + %8.1f"
-                "   (B %g GB/s, alpha %g us %s: given)\n",
+                "   (B %g GB/s, alpha %g us per all-reduce %s: assumed; buckets %s)\n",
                 p.gpus, p.step_ms, p.throughput, 100.0 * p.efficiency, rows.front().compute_ms,
                 p.comm_ms, p.exposed_ms,
                 p.comm_ms > 0 ? 100.0 * (1.0 - p.exposed_ms / p.comm_ms) : 100.0, "-",
                 100.0 * (1.0 - p.efficiency), 100.0 * (1.0 - p.efficiency), 0.0, 0.0, p.link_gbps,
-                p.latency_us, p.link.c_str());
+                p.latency_us, p.link.c_str(), p.buckets.describe().c_str());
   }
   if (world.backend() == cohort::Backend::nccl && rows.back().ranks > 1) {
     std::printf("# measured busbw at %d GPUs: %.1f GB/s; --link-gbps %.0f projects from it\n",
@@ -223,7 +322,8 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
 }
 
 nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
-                           const std::vector<Projection>& projections, const cohort::World& world) {
+                           const std::vector<Projection>& projections, const ModelCheck& check,
+                           const cohort::World& world) {
   const Options& o = setup.options;
   nlohmann::json out;
   out["workload"] = setup.workload.name;
@@ -242,8 +342,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
   out["cohort_version"] = cohort::version();
   out["steps"] = o.steps;  // at most; each row's timed_steps says how many ran
   out["warmup"] = o.warmup;
-  out["bucket_mb"] = o.bucket_mb;
-  out["first_bucket_mb"] = o.first_bucket_mb;
+  out["bucket_caps"] = o.bucket_mb > 0.0 ? "fixed" : "auto";  // each row says which it used
   out["ranks"] = rows.back().ranks;
   out["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -263,12 +362,29 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                            {"lost", r.lost},
                            {"lost_exposed_comm", r.lost_exposed},
                            {"lost_imbalance", r.lost_imbalance},
-                           {"lost_overhead", r.lost_overhead}});
+                           {"lost_overhead", r.lost_overhead},
+                           {"buckets", layers::bucket_json(r.buckets)}});
   }
-  out["projection"] = {{"model", "ring: 2(n-1) alpha + 2(n-1)/n bytes / B per bucket"},
+  if (check.valid) {
+    out["model_check"] = {{"ranks", check.ranks},
+                          {"measured_step_ms", check.measured_ms},
+                          {"predicted_step_ms", check.predicted_ms},
+                          {"error", check.error},
+                          {"predicted_comm_ms", check.comm_ms},
+                          {"predicted_exposed_comm_ms", check.exposed_ms},
+                          {"probe", {{"ranks", check.probe.ranks},
+                                     {"backend", check.probe.backend},
+                                     {"bytes", check.probe.bytes},
+                                     {"ms", check.probe.ms},
+                                     {"alpha_ms", check.probe.alpha_ms},
+                                     {"ms_per_byte", check.probe.ms_per_byte}}}};
+  }
+  out["projection"] = {{"model", "per bucket alpha + 2(n-1)/n bytes / B, buckets as backward makes them ready"},
                        {"link_gbps", o.link_gbps}, {"link_latency_us", o.link_latency_us},
                        {"node_gbps", o.node_gbps}, {"node_latency_us", o.node_latency_us},
-                       {"gpus_per_node", o.gpus_per_node}, {"link_numbers", "given"},
+                       {"gpus_per_node", o.gpus_per_node},
+                       {"link_numbers", "assumed: published nccl-tests numbers (docs/design.md)"},
+                       {"model_error_here", check.valid ? nlohmann::json(check.error) : nlohmann::json()},
                        {"rows", nlohmann::json::array()}};
   for (const Projection& p : projections) {
     out["projection"]["rows"].push_back({{"ranks", p.gpus},
@@ -279,6 +395,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                                          {"exposed_comm_ms", p.exposed_ms},
                                          {"link_gbps", p.link_gbps},
                                          {"latency_us", p.latency_us},
+                                         {"buckets", layers::bucket_json(p.buckets)},
                                          {"lost_exposed_comm", 1.0 - p.efficiency}});
   }
   return out;

@@ -9,7 +9,7 @@ cohort_packages=(
   cmake ninja-build g++ pkg-config python3
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
-  patchelf xz-utils
+  patchelf xz-utils iproute2
   slurmctld slurmd slurm-client munge
 )
 

@@ -24,6 +24,60 @@ std::int64_t unix_millis() {
       .count();
 }
 
+/// "node 1 (ranks 2, 3)": node `node` and the global ranks of its members in `context`.
+std::string node_with_ranks(const CommContext& context, int node) {
+  std::string ranks;
+  int count = 0;
+  for (int member = 0; member < context.size(); ++member) {
+    if (context.member_nodes[static_cast<std::size_t>(member)] == node) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(context.global_rank(member));
+      ++count;
+    }
+  }
+  return "node " + std::to_string(node) + (count == 1 ? " (rank " : " (ranks ") + ranks + ")";
+}
+
+/// Note [Naming an unreachable node]: a node whose every member is silent is named as a whole,
+/// since that is what a cut link or a dead host looks like; `silent[m]` says whether member m
+/// did not answer. Empty when the nodes are unknown (NCCL communicators do not record them).
+std::string silent_nodes(const CommContext& context, const std::vector<bool>& silent) {
+  if (context.member_nodes.size() != static_cast<std::size_t>(context.size())) return "";
+  const int mine = context.member_nodes[static_cast<std::size_t>(context.rank())];
+  std::vector<int> nodes(context.member_nodes);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::string text;
+  for (const int node : nodes) {
+    bool all_silent = node != mine;
+    for (int member = 0; member < context.size() && all_silent; ++member) {
+      if (context.member_nodes[static_cast<std::size_t>(member)] == node) {
+        all_silent = silent[static_cast<std::size_t>(member)];
+      }
+    }
+    if (all_silent) {
+      text += node_with_ranks(context, node) + " does not answer at all: that host, or the "
+              "network between it and this rank's node " + std::to_string(mine) + ", is down. ";
+    }
+  }
+  return text;
+}
+
+/// Where the store is, for a rank that cannot reach it: the node of global rank 0 (the store's
+/// host under cohortrun and torchrun), when that rank is a member on another node.
+std::string store_node(const CommContext& context) {
+  if (context.member_nodes.size() != static_cast<std::size_t>(context.size())) return "";
+  const int mine = context.member_nodes[static_cast<std::size_t>(context.rank())];
+  for (int member = 0; member < context.size(); ++member) {
+    const int node = context.member_nodes[static_cast<std::size_t>(member)];
+    if (context.global_rank(member) == 0 && node != mine) {
+      return " Or " + node_with_ranks(context, node) + ", where the store runs beside rank 0, is "
+             "unreachable from this rank's node " + std::to_string(mine) +
+             ": that host, or the network between them, is down.";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 CommContext::CommContext(StoreGroup members) : group(std::move(members)) {
@@ -74,9 +128,23 @@ std::string CommContext::abort_reason() const {
   return abort_reason_;
 }
 
+// Note [Tracking in-flight work]
+// A host stream never blocks the thread that issues onto it, so a training loop can issue
+// thousands of collectives ahead of the ones running (every bucket of every step, until its
+// first read of a result). Sweeping every finished work out of the list on every issue then
+// costs O(in flight) per collective, quadratic over the run: with small buckets that took more
+// CPU than the collectives themselves, starving the threads that run them, and looked like a
+// hang. Works finish mostly in issue order, so the finished ones at the front go in O(1) each, and the whole list is swept only when it has doubled since
+// the last sweep: O(1) amortized per issue.
 void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+  while (!works_.empty() && works_.front()->finished()) {
+    works_.pop_front();
+  }
+  if (works_.size() >= sweep_at_) {
+    std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
+    sweep_at_ = std::max<std::size_t>(64, 2 * works_.size());
+  }
   works_.push_back(work);
 }
 
@@ -86,7 +154,7 @@ std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
   std::vector<std::shared_ptr<WorkState>> works;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    works = works_;
+    works.assign(works_.begin(), works_.end());
   }
   std::erase_if(works, [this](const std::shared_ptr<WorkState>& w) {
     try {
@@ -167,8 +235,10 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
   } catch (const std::exception& error) {
     return "the store could not be read to find which ranks had not arrived (" +
            std::string(error.what()) +
-           "); the process that hosts it (rank 0 or cohortrun) may have died. ";
+           "); the process that hosts it (rank 0 or cohortrun) may have died." +
+           store_node(context) + " ";
   }
+  std::vector<bool> silent_members(static_cast<std::size_t>(context.size()), false);
   std::string not_arrived;
   std::string silent;
   for (int member = 0; member < context.size(); ++member) {
@@ -179,6 +249,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
     const std::string name = "rank " + std::to_string(context.global_rank(member));
     if (!p.published || p.answered < 0) {
       silent += (silent.empty() ? "" : ", ") + name;
+      silent_members[static_cast<std::size_t>(member)] = true;
       if (p.published && p.issued < sequence) {
         not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
                        std::to_string(p.issued) + ")";
@@ -196,6 +267,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
   }
   if (!silent.empty()) {
     text += "ranks not responding (their process died or is stuck): " + silent + ". ";
+    text += silent_nodes(context, silent_members);
   }
   if (text.empty()) {
     text = "every rank had issued it; the backend itself stalled or failed (check "
@@ -264,6 +336,7 @@ std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const
   child->watchdog = parent.watchdog;
   child->host_transport = parent.host_transport;
   child->single_node_world = parent.single_node_world;
+  child->store_host = parent.store_host;
   for (const int parent_rank : plan.parent_ranks) {
     if (static_cast<std::size_t>(parent_rank) < parent.member_nodes.size()) {
       child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);

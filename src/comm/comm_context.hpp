@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -46,10 +47,12 @@ class CommContext {
   std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
   std::string backend_version;  // "Gloo 0.5.0", "NCCL 2.28.9"
   // Host backends: the transport asked for, the node of each member (shared memory needs one
-  // host), and whether the world has a single node (Gloo then binds to loopback).
+  // host), whether the world has a single node (Gloo then binds to loopback), and the store's
+  // host, whose route picks the address Gloo binds to across nodes (Note [Choosing the address]).
   HostTransport host_transport = HostTransport::automatic;
   std::vector<int> member_nodes;
   bool single_node_world = true;
+  std::string store_host;
 
   std::atomic<std::uint64_t> issued{0};
   std::uint64_t splits = 0;
@@ -81,7 +84,8 @@ class CommContext {
   mutable std::mutex mutex_;
   std::string abort_reason_;
   std::function<void()> backend_abort_;
-  std::vector<std::shared_ptr<WorkState>> works_;
+  std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
+  std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
 };
 
 /// Reads each member's published progress and names those that had not reached `sequence`.

@@ -97,7 +97,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> 
     index += ctx.member_nodes[static_cast<std::size_t>(r)] == node ? 1 : 0;
   }
   parts_->flat = std::make_unique<GlooCommunicator>(same_members(ctx, "flat"),
-                                                    shared_gloo_device(ctx.single_node_world));
+                                                    shared_gloo_device(ctx));
   // The flat communicator forces Gloo on what it splits; the in-host part wants shared memory.
   auto split = [&](int color, int key, const std::string& suffix) {
     const SplitPlan plan = plan_split(ctx, color, key);

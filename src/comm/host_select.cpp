@@ -9,13 +9,14 @@
 
 namespace cohort::detail {
 
-std::shared_ptr<gloo::transport::Device> shared_gloo_device(bool local_only) {
+std::shared_ptr<gloo::transport::Device> shared_gloo_device(const CommContext& context) {
+  const bool local_only = context.single_node_world;
   static std::mutex mutex;
   static std::weak_ptr<gloo::transport::Device> devices[2];
   const std::lock_guard<std::mutex> lock(mutex);
   auto device = devices[local_only ? 1 : 0].lock();
   if (!device) {
-    device = make_gloo_device(local_only);
+    device = make_gloo_device(local_only, context.store_host);
     devices[local_only ? 1 : 0] = device;
   }
   return device;
@@ -39,7 +40,7 @@ std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext
       return std::make_unique<HierarchicalCommunicator>(std::move(context));
     }
   }
-  auto device = shared_gloo_device(context->single_node_world);
+  auto device = shared_gloo_device(*context);
   return std::make_unique<GlooCommunicator>(std::move(context), std::move(device));
 }
 

@@ -28,7 +28,8 @@ std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext
 std::unique_ptr<Communicator> split_host_communicator(CommContext& parent, int color, int key,
                                                       std::string name);
 
-/// This process's Gloo TCP device (one per process, shared by its Gloo communicators).
-std::shared_ptr<gloo::transport::Device> shared_gloo_device(bool local_only);
+/// This process's Gloo TCP device (one per process, shared by its Gloo communicators), bound as
+/// `make_gloo_device` says for the world of `context`.
+std::shared_ptr<gloo::transport::Device> shared_gloo_device(const CommContext& context);
 
 }  // namespace cohort::detail

@@ -35,19 +35,38 @@ void HostWorker::stop(bool detach) {
   }
 }
 
+bool HostWorker::try_claim() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (!tasks_.empty() || running_ || stopping_) {
+    return false;
+  }
+  running_ = true;
+  return true;
+}
+
+void HostWorker::release() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+  wake_.notify_one();  // a task queued meanwhile waited for the claim
+}
+
 void HostWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    wake_.wait(lock, [&] { return !running_ && (stopping_ || !tasks_.empty()); });
     if (tasks_.empty()) {
       return;  // stopping, and everything queued has run
     }
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();
+    running_ = true;
     lock.unlock();
     task();  // tasks catch their own errors
     task = nullptr;
     lock.lock();
+    running_ = false;
   }
 }
 
@@ -76,6 +95,28 @@ void execute_collective(WorkState& work, CommContext& context,
 }
 
 }  // namespace
+
+bool try_run_inline(HostWorker& worker, const Stream& stream,
+                    const std::shared_ptr<WorkState>& work, CommContext& context,
+                    const std::function<void()>& execute) {
+  if (!stream.ready() || !worker.try_claim()) {
+    return false;
+  }
+  {
+    const struct Release {
+      HostWorker& worker;
+      ~Release() { worker.release(); }
+    } release{worker};
+    execute_collective(*work, context, execute);
+  }
+  try {
+    work->rethrow_if_failed();
+  } catch (const std::exception&) {
+    // Later work on the caller's stream fails, as after a collective on the worker.
+    stream.enqueue_wait([work] { work->rethrow_if_failed(); });
+  }
+  return true;
+}
 
 void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
                    std::shared_ptr<CommContext> context, std::function<void()> execute) {

@@ -24,6 +24,12 @@ class HostWorker {
   void enqueue(std::function<void()> task);
   /// Finishes what is queued, then ends; waits for that unless `detach`.
   void stop(bool detach);
+  /// When nothing is queued or running, marks the worker busy and returns true: an operation run
+  /// now on the caller's thread keeps the communicator's order, and the worker runs nothing until
+  /// `release()`, so the two never use the communicator's state at once (its mutex also orders
+  /// their writes to it).
+  bool try_claim();
+  void release();
 
  private:
   HostWorker() = default;
@@ -33,6 +39,7 @@ class HostWorker {
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  bool running_ = false;
   std::thread thread_;
 };
 
@@ -41,5 +48,16 @@ class HostWorker {
 /// An aborted communicator, or a stream that failed first, fails the work without running it.
 void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_ptr<WorkState>& work,
                    std::shared_ptr<CommContext> context, std::function<void()> execute);
+
+/// Note [Small host collectives inline]
+/// Handing a collective to the worker thread and its completion back costs two thread wake-ups
+/// per rank, tens of microseconds each when ranks outnumber cores, which is most of a small
+/// collective's time. So when the caller's stream has nothing pending and the worker is idle, a
+/// small collective runs on the caller's thread instead (as MPI runs it), with the same deadline,
+/// abort and failure handling. Large ones stay on the worker, so that the caller can overlap
+/// them with compute. Returns false, having done nothing, when it cannot run inline.
+bool try_run_inline(HostWorker& worker, const Stream& stream,
+                    const std::shared_ptr<WorkState>& work, CommContext& context,
+                    const std::function<void()>& execute);
 
 }  // namespace cohort::detail

@@ -32,10 +32,14 @@ void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }
 
 void ShmCommunicator::run(const Call& call, const Stream& stream,
                           const std::shared_ptr<WorkState>& work) {
-  // Every collective runs on the worker thread. Running small ones on the caller's thread (as MPI
-  // does) saved two thread hand-offs, but made train_mlp with bf16 parameters on 4 ranks stall
-  // intermittently (about one run in seven on 2 cores, cause not yet found): it stays off until
-  // that is understood (docs/performance.md).
+  // Note [Small host collectives inline]
+  constexpr std::size_t kInlineBytes = std::size_t{256} << 10;
+  if (std::max(call.input.bytes(), call.output.bytes()) <= kInlineBytes &&
+      try_run_inline(*worker_, stream, work, context(), [&] {
+        engine_->execute(call, work->deadline(), context());
+      })) {
+    return;
+  }
   run_on_worker(*worker_, stream, work, shared_context(),
                 [call, work, engine = engine_, context = shared_context()] {
                   engine->execute(call, work->deadline(), *context);

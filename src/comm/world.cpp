@@ -36,6 +36,7 @@ struct World::Impl {
   Backend backend = Backend::gloo;
   HostTransport host_transport = HostTransport::automatic;
   std::vector<int> nodes;  // node of each rank
+  std::string store_host;  // the TCP store's host; empty for a store given in WorldOptions
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
   std::unique_ptr<StoreGroup> group;  // every rank of the world, meeting under `store`
@@ -194,6 +195,7 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
   context->host_transport = world.host_transport;
   context->member_nodes = world.nodes;
   context->single_node_world = world.num_nodes == 1;
+  context->store_host = world.store_host;
   return detail::make_host_communicator(std::move(context));
 }
 
@@ -243,6 +245,7 @@ World init(WorldOptions options) {
   }
 
   std::shared_ptr<Store> base = options.store ? options.store : connect_store(launch, impl->timeout);
+  if (!options.store) impl->store_host = launch.master_addr;
   // A generation per init, so that a store reused for a second world never mixes their keys.
   const std::int64_t generation = base->add("cohort/generation/" + std::to_string(launch.rank), 1);
   const std::string scope = "cohort/world" + std::to_string(generation);

@@ -76,31 +76,38 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
                          stream.device());
   fill_zero(whole, stream);  // sums of zeros: the probe writes nothing that matters
   stream.synchronize();
-  auto median_us = [&](std::size_t bytes) {
-    const TensorView data = whole.slice(0, bytes / sizeof(float));
-    std::vector<double> times;
-    for (int i = 0; i < kWarmup + kRepeats; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      comm.all_reduce(data, ReduceOp::sum, stream);
-      stream.synchronize();
-      const std::chrono::duration<double, std::micro> took =
-          std::chrono::steady_clock::now() - start;
-      if (i >= kWarmup) {
-        times.push_back(took.count());
-      }
+  auto time_us = [&](std::size_t bytes) {
+    const auto start = std::chrono::steady_clock::now();
+    comm.all_reduce(whole.slice(0, bytes / sizeof(float)), ReduceOp::sum, stream);
+    stream.synchronize();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  // The two sizes alternate, so that a burst of load on a shared machine slows both alike.
+  std::vector<double> small_times, large_times;
+  for (int i = 0; i < kWarmup + kRepeats; ++i) {
+    const double small = time_us(kSmallProbeBytes);
+    const double large = time_us(kLargeProbeBytes);
+    if (i >= kWarmup) {
+      small_times.push_back(small);
+      large_times.push_back(large);
     }
+  }
+  auto median = [](std::vector<double>& times) {
     std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
     return times[kRepeats / 2];
   };
-  const double small = median_us(kSmallProbeBytes);
-  const double large = median_us(kLargeProbeBytes);
+  const double small = median(small_times);
+  const double large = median(large_times);
   LinkEstimate mine;
-  // Two points of t(b) = alpha + b / beta. Noise can make the large one no slower than the small
-  // one: then the bandwidth is at least what the large one alone shows.
+  // t(b) = alpha + b / beta. alpha is the small probe's whole time: its 4 KiB are a few percent
+  // of it on any link whose alpha matters, and subtracting them through a noisy beta once gave
+  // alpha = 0, hence 256-byte buckets and hundreds of collectives a step. Noise can make the
+  // large probe no slower than the small one: then the bandwidth is at least what it alone shows.
   const double extra = static_cast<double>(kLargeProbeBytes - kSmallProbeBytes);
   mine.bytes_per_us = large > small ? extra / (large - small)
                                     : static_cast<double>(kLargeProbeBytes) / large;
-  mine.alpha_us = std::max(0.0, small - static_cast<double>(kSmallProbeBytes) / mine.bytes_per_us);
+  mine.alpha_us = small;
 
   // Rank 0's numbers for everyone. The n-th construction has the same number on every rank.
   const int rank = comm.rank();

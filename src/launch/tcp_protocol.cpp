@@ -325,6 +325,29 @@ AddrInfoList resolve(const std::string& host, int port, int flags, std::string& 
   return AddrInfoList(list);
 }
 
+// Note [A store host that vanishes]
+// A store host whose link is cut (or that loses power) sends nothing more: no FIN, no RST. A
+// client blocked on its reply would wait for the request's own deadline, and the watchdog, whose
+// heartbeat is such a request, could not fail the collective at its deadline meanwhile (a node
+// cut off from the store took 15 s longer than its deadline to report). So a client socket
+// gives up on a silent peer within about 5 s: unacknowledged data for 5 s (TCP_USER_TIMEOUT),
+// or an idle connection whose keepalive probes (after 2 s, then every 1 s, 3 of them) go
+// unanswered. Only a peer that stops acknowledging at the TCP level is affected: a busy server
+// process still has its kernel acknowledge. The connection then fails with ETIMEDOUT, and every
+// later use of it fails at once.
+void detect_dead_peer(int fd) noexcept {
+  const int on = 1;
+  const int idle_s = 2;
+  const int interval_s = 1;
+  const int probes = 3;
+  const unsigned int user_timeout_ms = 5000;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
 }  // namespace
 
 UniqueFd try_connect(const std::string& host, int port, Clock::time_point deadline,
@@ -356,6 +379,7 @@ UniqueFd try_connect(const std::string& host, int port, Clock::time_point deadli
     }
     const int on = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    detect_dead_peer(fd.get());
     return fd;
   }
   return {};

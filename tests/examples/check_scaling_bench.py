@@ -51,6 +51,14 @@ def main(bench, out_dir):
     # The lost fraction is split exactly three ways.
     parts = two["lost_exposed_comm"] + two["lost_imbalance"] + two["lost_overhead"]
     assert abs(parts - two["lost"]) < 1e-9, two
+    # Automatic bucket caps by default: each rank count measured its link and planned with it;
+    # the projection plans with the caps the library would choose on the projected link.
+    assert report["bucket_caps"] == "auto", report["bucket_caps"]
+    for row in rows[1:]:
+        caps = row["buckets"]
+        assert caps["automatic"] and caps["alpha_us"] > 0 and caps["bytes_per_us"] > 0, caps
+        assert 256 <= caps["first_bytes"] <= caps["middle_bytes"] <= 64 << 20, caps
+    assert "buckets at 2 ranks: auto from alpha" in result.stdout, result.stdout
     projected = report["projection"]["rows"]
     assert [p["ranks"] for p in projected] == [8, 64], projected
     assert all(0.0 < p["efficiency"] <= 1.0 for p in projected), projected

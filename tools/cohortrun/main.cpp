@@ -4,6 +4,7 @@
 ///     cohortrun --nproc-per-node 4 ./train --steps 5
 ///     cohortrun --nproc-per-node 8 --nnodes 2 --node-rank 0 --master-addr node01 ./train
 
+#include "node_sizes.hpp"
 #include "supervisor.hpp"
 
 #include <cohort/core/env.hpp>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -83,7 +85,8 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
       "them all when one fails. Everything from PROGRAM on is passed to it untouched. The ranks' "
       "stdin is /dev/null.",
       "cohortrun"};
-  app.add_option("--nproc-per-node", options.nproc_per_node, "Ranks to start on this node")
+  app.add_option("--nproc-per-node", options.nproc_per_node,
+                 "Ranks to start on this node (nodes may differ; ranks are numbered node by node)")
       ->required()
       ->check(cli::whole(1, 1 << 16));
   app.add_option("--nnodes", options.nnodes, "Nodes in the run (one cohortrun on each)")
@@ -223,11 +226,26 @@ SuperviseOutcome run_once(Options options, int restart) {
     replaced.emplace(name);
   }
   const std::vector<std::string> base = inherited_environment(replaced);
-  const int world_size = options.nnodes * options.nproc_per_node;
+  // Nodes may differ in size: Note [Nodes of unequal size].
+  std::vector<int> sizes{options.nproc_per_node};
+  if (!single_node) {
+    try {
+      sizes = exchange_node_sizes({options.master_addr, options.master_port, token.value_or(""),
+                                   options.run_id, options.node_rank, options.nnodes,
+                                   options.nproc_per_node,
+                                   env::duration(env::kTimeout).value_or(std::chrono::minutes(10))});
+    } catch (const cohort::Error& error) {
+      std::cerr << "cohortrun: node " << options.node_rank << " could not learn the other nodes' "
+                << "sizes: " << error.what() << "\n";
+      return SuperviseOutcome{1, 0};
+    }
+  }
+  const int world_size = std::accumulate(sizes.begin(), sizes.end(), 0);
+  const int first_rank = first_rank_of(sizes, single_node ? 0 : options.node_rank);
   std::vector<RankSpec> ranks;
   for (int local = 0; local < options.nproc_per_node; ++local) {
     RankSpec spec;
-    spec.rank = options.node_rank * options.nproc_per_node + local;
+    spec.rank = first_rank + local;
     spec.environment = base;
     auto set = [&](std::string_view name, const std::string& value) {
       spec.environment.push_back(std::string(name) + "=" + value);

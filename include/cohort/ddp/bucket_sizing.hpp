@@ -6,9 +6,9 @@
 /// Note [Automatic bucket sizes]
 /// Every all-reduce costs a fixed alpha (latency, synchronization, wake-ups) plus bytes / beta.
 /// With `bucket_bytes = kAutoBucketBytes` (the default) DataParallel measures both once, at
-/// construction, on its own communicator: the median time of a few all-reduces of 4 KiB and of
-/// 1 MiB (after a warm-up) on rank 0, whose numbers every rank then uses, so every rank plans the
-/// same buckets. A bucket of B bytes spends alpha / (alpha + B / beta) of its time on the fixed
+/// construction, on its own communicator: the median times of a few all-reduces of 4 KiB (alpha)
+/// and of 1 MiB (beta from the difference), alternated, after a warm-up, on rank 0, whose numbers
+/// every rank then uses, so every rank plans the same buckets. A bucket of B bytes spends alpha / (alpha + B / beta) of its time on the fixed
 /// cost; keeping that under 10% needs B >= 9 alpha beta: the first and last caps (the first
 /// starts communication early; nothing hides the last) are that size, the middle ones four times
 /// it (fewer collectives where backward hides them), none above 64 MiB, none below 256 bytes.
