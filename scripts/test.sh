@@ -47,9 +47,10 @@ if [ $# -eq 0 ]; then
   run_stage "torch-venv" with_torch
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
-    # The multinode tests (fake hosts, host ranks; about a minute) ran in the host-only stage:
-    # the CUDA build's ranks on the host would repeat them.
-    run_stage "$preset" run_preset "$preset" -LE multinode
+    # The multinode tests (fake hosts, host ranks; about a minute) and the real launchers'
+    # (launch.*: torchrun, Slurm, TorchStore against PyTorch; about a minute) ran in the host-only
+    # stage: the CUDA build's ranks on the host would repeat them.
+    run_stage "$preset" run_preset "$preset" -LE multinode -E '^launch\.'
   else
     run_stage "$preset" run_preset "$preset"
   fi
