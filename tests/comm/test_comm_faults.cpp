@@ -306,4 +306,37 @@ TEST(Faults, AbortFailsLaterCollectivesAtOnce) {
       options_with_timeout(std::chrono::seconds(30)));
 }
 
+// A rank that throws while another waits in the world's store (a benchmark gathering the
+// ranks' results) ends every rank at once with the first rank's error, not at the waiting rank's
+// deadline (Note [Waits that see another rank's failure]).
+TEST(Faults, ARankThatThrowsEndsAnotherWaitingInTheStore) {
+  std::string waiting_error;
+  const auto start = Clock::now();
+  std::string first_error;
+  try {
+    cohort::run_local(
+        2,
+        [&](cohort::World& world) {
+          if (world.rank() == 0) {
+            world.store().get("rank 1 is waiting");  // a handshake: rank 1 is about to block
+            throw std::runtime_error("the benchmark's setup failed on rank 0");
+          }
+          world.store().set("rank 1 is waiting", "");
+          try {
+            world.store().get("results of rank 0", std::chrono::seconds(60));
+          } catch (const cohort::Error& error) {
+            waiting_error = error.what();
+            throw;
+          }
+        },
+        options_with_timeout(std::chrono::seconds(60)));
+  } catch (const std::exception& error) {
+    first_error = error.what();
+  }
+  EXPECT_LT(seconds_since(start), 10.0) << "rank 1 waited for its deadline";
+  EXPECT_EQ(first_error, "the benchmark's setup failed on rank 0");
+  EXPECT_THAT(waiting_error, HasSubstr("rank 1 stopped waiting for \"results of rank 0\""));
+  EXPECT_THAT(waiting_error, HasSubstr("the benchmark's setup failed on rank 0"));
+}
+
 }  // namespace
