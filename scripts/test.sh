@@ -7,6 +7,8 @@
 #
 # With the CUDA toolkit present it then builds and tests the host-only preset too, which is how
 # host-only users build cohort (set COHORT_TEST_HOST_ONLY=0 to skip that second build).
+# The multinode tests (several fake hosts in network namespaces) need root; elsewhere they are
+# skipped with the reason. They run in the host-only stage only when both stages run.
 # The CUDA preset's tests include gpu_bundle.ldd: it assembles the GPU bundle (scripts/gpu-bundle.sh)
 # from that same build, compiling nothing more, and checks it with ldd.
 #
@@ -35,8 +37,12 @@ run_preset() {
 if [ $# -eq 0 ]; then
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
+    # The multinode tests (fake hosts, host ranks; about a minute) ran in the host-only stage:
+    # the CUDA build's ranks on the host would repeat them.
+    run_stage "$preset" run_preset "$preset" -LE multinode
+  else
+    run_stage "$preset" run_preset "$preset"
   fi
-  run_stage "$preset" run_preset "$preset"
   if [ "$sanitizers" = 1 ]; then
     run_stage "asan" run_preset asan
     # ThreadSanitizer leaves out what docs/reliability.md lists under "TSan subset", with why.

@@ -1,10 +1,12 @@
 // The command line of train_mlp and train_cnn (cli.hpp).
 
 #include "cli.hpp"
+#include "memory_plan.hpp"
 
 #include <cohort/checkpoint/preemption.hpp>
 
 #include <cohort/comm/world.hpp>
+#include <cohort/launch/launch_info.hpp>
 
 #include <CLI/CLI.hpp>
 #include <cli_checks.hpp>
@@ -86,6 +88,24 @@ int run_cli(int argc, char** argv, Model model) {
   }
 
   try {
+    // The estimate comes before any rank allocates: what cannot fit is refused now, with the
+    // bytes needed and available, instead of being OOM-killed in the middle of setting up.
+    int world_size = ranks, local_rank = 0, sharing = ranks;  // sharing: ranks on this host
+    if (ranks == 0) {
+      const cohort::LaunchInfo launch = cohort::LaunchInfo::from_environment();
+      world_size = launch.world_size;
+      local_rank = launch.local_rank;
+      sharing = launch.local_world_size;
+    }
+    const int gpus = host ? 0 : cohort::cuda_device_count();
+    cohort::Device device = cohort::Device::host();
+    if (gpus > 0) {
+      device = cohort::Device::cuda(local_rank % gpus);
+      sharing = (sharing + gpus - 1) / gpus;
+    }
+    check_memory_plan(plan_memory(options, world_size), options, device, sharing);
+    options.ranks_in_process = ranks > 0 ? ranks : 1;
+
     TrainResult result;
     cohort::WorldOptions world_options;
     if (host) world_options.backend = cohort::BackendChoice::gloo;

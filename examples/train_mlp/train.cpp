@@ -1,4 +1,5 @@
 #include "train.hpp"
+#include "memory_plan.hpp"
 
 #include <layers/bucket_json.hpp>
 #include <layers/cnn.hpp>
@@ -26,12 +27,6 @@ namespace train_mlp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr int kFeatures = 32;
-constexpr int kClasses = 10;
-constexpr int kImageSize = 16;
-/// Samples per batch-norm group (Note [Ghost batch norm] in layers/cnn.hpp).
-constexpr int kBatchNormGroup = 8;
 
 std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
                                                   cohort::DataParallel& dp) {
@@ -263,6 +258,11 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                             static_cast<double*>(stats.data()), nullptr);
   }
   result.test_accuracy = reduce_stats(dp, math, stats).second / options.test_samples;
+  // Read while every rank of this process still holds its memory: none returns (and frees)
+  // before all have read.
+  result.memory = memory_per_parameter(world.device(), model.parameter_count(),
+                                       options.ranks_in_process, plan_memory(options, ranks));
+  world.group().barrier("train_mlp/memory-report");
 
   result.params = model.download_parameters();
   for (const float value : result.params) {
@@ -270,6 +270,8 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
     result.param_abs_sum += std::abs(static_cast<double>(value));
   }
   if (log != nullptr) {
+    std::fprintf(log, "%s: %s\n", program_name(options.model),
+                 describe_memory(result.memory).c_str());
     std::fprintf(log,
                  "%s: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
                  "samples/s, param checksum %.6f; gradient all-reduce %.3f ms/step, exposed %.3f ms\n",
@@ -358,6 +360,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
   out["buckets"] = layers::bucket_json(result.buckets);
+  out["memory"] = result.memory;
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
                     {"hidden", options.hidden},             {"layers", options.layers},

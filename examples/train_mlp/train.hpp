@@ -17,6 +17,13 @@
 
 namespace train_mlp {
 
+/// The data sets: the MLP's Gaussian mixture (features, classes) and the CNN's images (side).
+inline constexpr int kFeatures = 32;
+inline constexpr int kClasses = 10;
+inline constexpr int kImageSize = 16;
+/// Samples per batch-norm group (Note [Ghost batch norm] in layers/cnn.hpp).
+inline constexpr int kBatchNormGroup = 8;
+
 /// What is trained: the MLP on the Gaussian mixture (train_mlp) or the CNN on the shape images
 /// (train_cnn).
 enum class Model : std::uint8_t { mlp, cnn };
@@ -46,6 +53,8 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   int keep_checkpoints = 2;
+  /// Ranks that share this process's memory report: the threads of `--ranks`, else 1.
+  int ranks_in_process = 1;
 };
 
 /// The options train_cnn starts from: the CNN and its data set sizes and schedule.
@@ -73,6 +82,7 @@ struct TrainResult {
   std::vector<float> params;  ///< every parameter in f32, registration order
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
+  nlohmann::json memory;      ///< bytes per parameter by category (memory_plan.hpp)
 };
 
 

@@ -27,6 +27,7 @@
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/limit_adaptor.hpp>
 #include <cohort/memory/managed.hpp>
+#include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
 #include <cohort/memory/memory_resource.hpp>
 #include <cohort/memory/pinned_host.hpp>

@@ -3,6 +3,7 @@
 #include <cohort/core/error.hpp>
 #include <cohort/core/stream.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // Event::synchronize() rethrows it: the failure travels along the dependencies, as a sticky
 // error does on CUDA.
 
+class HostStream;
+
 class HostEvent final : public EventImpl, public std::enable_shared_from_this<HostEvent> {
  public:
   explicit HostEvent(bool timing) : timing_(timing) {}
@@ -37,10 +40,20 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
   Device device() const noexcept override { return Device::host(); }
   void record(StreamImpl& stream) override;
   bool ready() override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return completed_ >= recorded_;
+    bool done;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done = completed_ >= recorded_;
+    }
+    if (done) {
+      tell_stream_waited();
+    }
+    return done;
   }
-  void synchronize() override { wait_for(recorded_generation()); }
+  void synchronize() override {
+    wait_for(recorded_generation());
+    tell_stream_waited();
+  }
   float elapsed_ms_since(EventImpl& start) override;
   void* native_handle() const noexcept override { return nullptr; }
 
@@ -67,6 +80,9 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
 
  private:
   friend class HostStream;
+  /// Note [Unwaited host work]: the host has seen the recorded work finish.
+  void tell_stream_waited();
+
   bool timing_;
   std::mutex mutex_;
   std::condition_variable done_;
@@ -74,6 +90,8 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
   std::uint64_t completed_ = 0;
   Clock::time_point completed_at_{};
   std::exception_ptr error_;  // of the stream the latest completed recording was on
+  std::weak_ptr<HostStream> recorded_on_;  // the stream of the latest recording
+  std::uint64_t recorded_through_ = 0;     // that stream's enqueued tasks it follows
 };
 
 // Note [Caller-run host streams]
@@ -83,7 +101,16 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
 // complete at once, `wait` blocks the caller, and `synchronize` only reports the error. A failed
 // stream rethrows its first error from every later enqueue instead of skipping tasks silently:
 // the caller of a plain host loop never synchronizes, so this is where it learns of the failure.
-class HostStream final : public StreamImpl {
+// Note [Unwaited host work]
+// For COHORT_DEBUG_STREAMS (Note [Debugging streams] in data_parallel.hpp). A worker stream keeps
+// how far the host has waited for it (`waited_through_`: a synchronize(), a ready() that said
+// yes, or the same on an event recorded on it) and the name of the library call that last
+// enqueued work (`label_work`). `unwaited_work` names that call when the host has not waited for
+// its work and nothing was enqueued after it: a host that now touches the memory that work uses
+// races with it. Whether the work happens to have finished does not matter, so the answer does
+// not depend on timing. Work enqueued after the call (the user's own compute, in stream order)
+// clears it: the user orders their accesses on the stream, and the stream cannot see those.
+class HostStream final : public StreamImpl, public std::enable_shared_from_this<HostStream> {
  public:
   explicit HostStream(HostExecution execution) : caller_runs_(execution == HostExecution::caller) {
     if (!caller_runs_) {
@@ -180,6 +207,7 @@ class HostStream final : public StreamImpl {
       }
       finished_.wait(lock);
     }
+    waited_through_ = std::max(waited_through_, target);
     if (error_) {
       std::rethrow_exception(error_);
     }
@@ -187,10 +215,45 @@ class HostStream final : public StreamImpl {
 
   bool ready() override {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return completed_ >= enqueued_;
+    if (completed_ < enqueued_) {
+      return false;
+    }
+    waited_through_ = enqueued_;
+    return true;
   }
 
   void* native_handle() const noexcept override { return nullptr; }
+
+  void label_work(std::string_view call) override {
+    if (caller_runs_) {
+      return;  // nothing is ever left pending
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    label_ = call;
+    labelled_through_ = enqueued_;
+    labelled_tasks_ = tasks_;
+  }
+
+  std::optional<std::string_view> unwaited_work() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (caller_runs_ || label_.empty() || waited_through_ >= labelled_through_ ||
+        tasks_ != labelled_tasks_) {
+      return std::nullopt;
+    }
+    return label_;
+  }
+
+  /// The number of entries enqueued so far (Note [Unwaited host work]).
+  std::uint64_t enqueued_count() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return enqueued_;
+  }
+
+  /// The host has seen the first `count` entries finish.
+  void waited_through(std::uint64_t count) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    waited_through_ = std::max(waited_through_, count);
+  }
 
  private:
   struct Task {
@@ -239,6 +302,7 @@ class HostStream final : public StreamImpl {
       const std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(task));
       ++enqueued_;
+      ++tasks_;
     }
     work_available_.notify_one();
   }
@@ -292,6 +356,12 @@ class HostStream final : public StreamImpl {
   std::exception_ptr error_;
   bool stopping_ = false;
   bool busy_ = false;  // a task is running, on the worker or on a synchronizing thread
+  // Note [Unwaited host work]
+  std::uint64_t tasks_ = 0;           // enqueued work and waits (not event markers)
+  std::uint64_t waited_through_ = 0;  // entries the host has seen finish
+  std::string_view label_;            // a string literal naming a library call
+  std::uint64_t labelled_through_ = 0;
+  std::uint64_t labelled_tasks_ = 0;
   const bool caller_runs_;  // Note [Caller-run host streams]
   std::recursive_mutex caller_mutex_;
   std::thread worker_;  // started last, in the constructor's body
@@ -305,6 +375,8 @@ void HostEvent::record(StreamImpl& stream) {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     generation = ++recorded_;
+    recorded_on_ = host_stream->weak_from_this();
+    recorded_through_ = host_stream->enqueued_count();
   }
   host_stream->enqueue_marker([self = shared_from_this(), generation](std::exception_ptr error) {
     {
@@ -317,6 +389,19 @@ void HostEvent::record(StreamImpl& stream) {
     }
     self->done_.notify_all();
   });
+}
+
+void HostEvent::tell_stream_waited() {
+  std::shared_ptr<HostStream> stream;
+  std::uint64_t through;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stream = recorded_on_.lock();
+    through = recorded_through_;
+  }
+  if (stream) {
+    stream->waited_through(through);
+  }
 }
 
 float HostEvent::elapsed_ms_since(EventImpl& start) {
@@ -371,6 +456,13 @@ void Stream::synchronize() const { impl_->synchronize(); }
 bool Stream::ready() const { return impl_->ready(); }
 bool Stream::capturing() const { return impl_->capturing(); }
 void* Stream::native_handle() const noexcept { return impl_->native_handle(); }
+
+void detail::label_host_work(const Stream& stream, std::string_view call) {
+  stream.impl_->label_work(call);
+}
+std::optional<std::string_view> detail::unwaited_host_work(const Stream& stream) {
+  return stream.impl_->unwaited_work();
+}
 
 // ---- Event ----
 

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 namespace cohort::detail {
 
@@ -23,6 +25,9 @@ class StreamImpl {
   virtual bool ready() = 0;
   /// Whether a CUDA graph capture is recording this stream (never for a host stream).
   virtual bool capturing() { return false; }
+  /// Note [Unwaited host work] (stream.cpp): only a host worker stream keeps these.
+  virtual void label_work(std::string_view /*call*/) {}
+  virtual std::optional<std::string_view> unwaited_work() { return std::nullopt; }
   virtual void* native_handle() const noexcept = 0;
 };
 

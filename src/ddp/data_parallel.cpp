@@ -3,6 +3,7 @@
 #include "arena_ops.hpp"
 #include "link_measure.hpp"
 #include "registry_check.hpp"
+#include "stream_debug.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
@@ -10,6 +11,7 @@
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
+#include <cohort/memory/memory_estimate.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -175,6 +177,37 @@ struct DataParallel::Impl {
     record = std::make_shared<StepRecord>();
   }
 
+  /// Note [Debugging streams]
+  void check_streams(ParamHandle handle, bool stream_given) const {
+    if (!debug_streams) {
+      return;
+    }
+    const ParamInfo& info = checked(handle);
+    if (!stream_given) {
+      detail::check_host_waited(compute, info.name);
+    }
+    const ArenaSlice slot = plan.slots[handle.index];
+    detail::check_gradient_settled(grads_view().slice(slot.offset, slot.count), compute, info.name,
+                                   stream_given);
+  }
+
+  void mark_ready(ParamHandle handle) {
+    const ParamInfo& info = checked(handle);
+    if (no_sync_depth > 0) {
+      marked_window[handle.index] = true;
+      return;
+    }
+    COHORT_EXPECTS(!marked_step[handle.index],
+                   "grad_ready: parameter '" + info.name +
+                       "' was already marked ready in this step; mark each parameter once per "
+                       "step, after its gradient is complete (a backward that runs twice, as "
+                       "with recomputation, marks after the last run)");
+    mark(handle.index);
+    if (options.gradient_sync == GradientSync::all_reduce) {
+      issue_ready_buckets();
+    }
+  }
+
   void mark(std::uint32_t index) {
     marked_step[index] = true;
     marked_window[index] = true;
@@ -287,6 +320,7 @@ struct DataParallel::Impl {
   std::uint64_t steps = 0;
   std::shared_ptr<StepRecord> record;
   std::shared_ptr<StepRecord> last_record;
+  const bool debug_streams = detail::debug_streams_enabled();
 };
 
 DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataParallelOptions options)
@@ -325,6 +359,17 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(
       memory->device() == s.device || (s.device.is_host() && memory->host_accessible()),
       "DataParallel: the memory resource " + memory->name() + " is not on " + s.device.to_string());
+  {
+    // Refused here, with what was needed, rather than by the kernel's OOM killer mid-allocation.
+    const std::size_t arena = s.plan.arena_bytes();
+    std::size_t needed = (own_params ? 0 : arena) + (own_grads ? 0 : arena);
+    if (s.options.compression != Compression::none) {
+      needed += s.plan.arena_count * size_of(s.wire_dtype);
+    }
+    check_memory_fits(memory->device(), needed,
+                      "DataParallel's parameter, gradient and wire buffers (an arena of " +
+                          std::to_string(s.plan.arena_count) + " elements)");
+  }
   if (own_params) {
     s.param_data = own_params->data();
   } else {
@@ -390,21 +435,8 @@ TensorView DataParallel::grad(ParamHandle handle) const {
 }
 
 void DataParallel::grad_ready(ParamHandle handle) {
-  Impl& s = *impl_;
-  const ParamInfo& info = s.checked(handle);
-  if (s.no_sync_depth > 0) {
-    s.marked_window[handle.index] = true;
-    return;
-  }
-  COHORT_EXPECTS(!s.marked_step[handle.index],
-                 "grad_ready: parameter '" + info.name +
-                     "' was already marked ready in this step; mark each parameter once per "
-                     "step, after its gradient is complete (a backward that runs twice, as "
-                     "with recomputation, marks after the last run)");
-  s.mark(handle.index);
-  if (s.options.gradient_sync == GradientSync::all_reduce) {
-    s.issue_ready_buckets();
-  }
+  impl_->check_streams(handle, /*stream_given=*/false);
+  impl_->mark_ready(handle);
 }
 
 void DataParallel::grad_ready(ParamHandle handle, const Stream& written_on) {
@@ -416,7 +448,8 @@ void DataParallel::grad_ready(ParamHandle handle, const Stream& written_on) {
   const std::shared_ptr<Event> written = s.order_events.acquire();  // Note [Step events]
   written->record(written_on);
   s.compute.wait(*written);
-  grad_ready(handle);
+  s.check_streams(handle, /*stream_given=*/true);
+  s.mark_ready(handle);
 }
 
 void DataParallel::sync_grads() {
@@ -478,14 +511,17 @@ void DataParallel::sync_grads() {
   s.last_record = s.record;
   s.marked_window.assign(s.registry.size(), false);
   s.reset_step();
+  detail::label_host_work(s.compute, "sync_grads()");  // Note [Debugging streams]
 }
 
 void DataParallel::zero_grads() {
   detail::fill_zero(impl_->grads_view(), impl_->compute);
+  detail::label_host_work(impl_->compute, "zero_grads()");
 }
 
 void DataParallel::broadcast_parameters() {
   impl_->comm.broadcast(impl_->params_view(), 0, impl_->compute);
+  detail::label_host_work(impl_->compute, "broadcast_parameters()");
 }
 
 DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(&dp) {

@@ -153,6 +153,7 @@ void ServerLoop::serve() {
       if (connection.closed) close(id, connection, "sending failed", /*expected=*/true);
     }
     std::erase_if(connections_, [](const auto& entry) { return entry.second.closed; });
+    held_requests_.store(deadlines_.size());
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "tcp_protocol.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -65,6 +66,8 @@ class ServerLoop {
 
   /// Serves until `wake` becomes readable, then closes every connection and the listener.
   void run() noexcept;
+  /// GET and WAIT requests held at the end of the last poll round; read from any thread.
+  std::size_t held_requests() const noexcept { return held_requests_.load(); }
 
  private:
   // Transport (tcp_server_loop.cpp).
@@ -108,6 +111,8 @@ class ServerLoop {
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
   /// Connections whose pending request was answered: they may have more requests buffered.
   std::vector<std::uint64_t> resumable_;
+  /// The one member other threads read (`TcpStoreServer::held_requests`).
+  std::atomic<std::size_t> held_requests_{0};
 };
 
 }  // namespace cohort::detail::tcp

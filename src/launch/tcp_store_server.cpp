@@ -259,6 +259,11 @@ TcpStoreServer::~TcpStoreServer() { stop(); }
 
 int TcpStoreServer::port() const noexcept { return impl_->port; }
 
+std::size_t TcpStoreServer::held_requests() const {
+  std::lock_guard lock(impl_->stop_mutex);
+  return impl_->stopped ? 0 : impl_->loop->held_requests();
+}
+
 void TcpStoreServer::stop() noexcept {
   std::lock_guard lock(impl_->stop_mutex);
   if (impl_->stopped) return;

@@ -6,6 +6,7 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/memory/managed.hpp>
+#include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
 
 #include <cmath>
@@ -74,6 +75,12 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
   write_now(scalars_.data(), &initial, sizeof(initial), stream);
 
   const bool adamw = config.hyper.rule == kernels::UpdateRule::adamw;
+  const std::size_t state_arrays = (params_.dtype() != DType::f32 ? 1U : 0U) +
+                                   (adamw || config.hyper.sgd.momentum != 0.0f ? 1U : 0U) +
+                                   (adamw ? 1U : 0U);
+  check_memory_fits(resource_->device(), state_arrays * count_ * sizeof(float),
+                    "the optimizer state (" + std::to_string(state_arrays) + " f32 arrays of " +
+                        std::to_string(count_) + " parameters)");
   if (params_.dtype() != DType::f32) {
     master_ = allocate_state(count_);
     const TensorView master(master_.data(), count_, DType::f32, device);
@@ -223,6 +230,7 @@ void OptimizerImpl::step() {
   grads_reduced_ = false;
   stats_ready_ = false;
   clip_max_norm_ = 0.0f;
+  detail::label_host_work(stream, "the optimizer's step()");  // Note [Unwaited host work]
 }
 
 float OptimizerImpl::read_grad_norm() const {

@@ -47,6 +47,11 @@ ROWS = [
     ("mlp-ranks-huge", "train_mlp", ["--ranks", "100000"], {}, "--ranks"),
     ("mlp-hidden-huge", "train_mlp", ["--hidden", "100000000"], {}, "--hidden"),
     ("mlp-hidden-zero", "train_mlp", ["--hidden", "0"], {}, "--hidden"),
+    # Within every flag's range, but far more memory than any host has: refused before allocating.
+    ("mlp-memory-too-big", "train_mlp", ["--hidden", "10000000", "--layers", "50"], {},
+     "refused before allocating"),
+    ("mlp-memory-too-many-ranks", "train_mlp", ["--hidden", "4096", "--layers", "10", "--ranks", "1024"],
+     {}, "refused before allocating"),
     ("mlp-layers-text", "train_mlp", ["--layers", "two"], {}, "--layers"),
     ("mlp-steps-fraction", "train_mlp", ["--steps", "1.5"], {}, "--steps"),
     ("mlp-batch-zero", "train_mlp", ["--global-batch", "0"], {}, "--global-batch"),

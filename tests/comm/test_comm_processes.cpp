@@ -1,5 +1,5 @@
 // Ranks as separate processes, launched the way torchrun would (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT), meeting through the TCP store hosted by rank 0 or through a file store.
+// MASTER_PORT), meeting through a TCP store the test serves or through a file store.
 #include "support/process_ranks.hpp"
 
 #include <gmock/gmock.h>

@@ -2,6 +2,7 @@
 // whole batch (world sizes 1 to 8), bucket issue order, accumulation, consistency checks, unused
 // parameters, wire compression bounds, the reduce-scatter mode and step statistics.
 #include "mlp_model.hpp"
+#include "support/test_helpers.hpp"
 
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
@@ -455,12 +456,25 @@ TEST(DataParallel, StatisticsCountBytesAndTimeTheCollectives) {
                                 {.bucket_bytes = 1 << 17, .first_bucket_bytes = 1 << 17});
         EXPECT_EQ(dp.last_step_stats().step, 0u);
         // b's gradients are ready first (reverse registration order: its buckets come first) and
-        // its eight buckets are reduced while "backward" of a runs for 300 ms on the compute
-        // stream; only a's one small bucket remains after it. Backward is far longer than the
-        // communication it hides, so the exposed time is a's bucket only: less than the total.
+        // its eight buckets are reduced while "backward" of a runs on the compute stream; that
+        // backward ends only once the eight reductions have completed (a handshake, not a
+        // sleep), so only a's one small bucket remains after it: the exposed time is a's bucket
+        // alone, less than the total.
+        const auto records = world.comm().recent_collectives();
+        const std::uint64_t before = records.empty() ? 0 : records.back().sequence;
         dp.grad_ready(b);
-        dp.compute_stream().enqueue(
-            [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+        dp.compute_stream().enqueue([&world, before] {
+          EXPECT_TRUE(cohort_test::wait_until(
+              [&] {
+                std::size_t completed = 0;
+                for (const auto& record : world.comm().recent_collectives()) {
+                  completed += record.sequence > before &&
+                               record.state == cohort::CollectiveRecord::State::completed;
+                }
+                return completed >= 8;
+              },
+              "the eight buckets of b being reduced"));
+        });
         dp.grad_ready(a);
         dp.sync_grads();
         const cohort::StepStats stats = dp.last_step_stats();

@@ -1,5 +1,5 @@
 // DataParallel with ranks as separate processes, launched the way torchrun would (RANK,
-// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), meeting through the TCP store hosted by rank 0.
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), meeting through a TCP store the test serves.
 #include "support/process_ranks.hpp"
 
 #include <gmock/gmock.h>

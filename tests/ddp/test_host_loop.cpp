@@ -1,7 +1,10 @@
 // What a newcomer's plain host loop meets: reading parameters and writing gradients directly with
-// no synchronize (Note [Host compute runs on the caller]), typed views, arenas in the program's
-// own memory (Note [Your own arenas]) and the world-size-dependent padding they must respect.
+// no synchronize (Note [Host compute runs on the caller]), the same loop on an asynchronous
+// compute stream under COHORT_DEBUG_STREAMS (Note [Debugging streams]), typed views, arenas in
+// the program's own memory (Note [Your own arenas]) and the world-size-dependent padding they
+// must respect.
 #include "mlp_model.hpp"
+#include "support/test_helpers.hpp"
 
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
@@ -13,9 +16,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -39,13 +44,23 @@ void copy_into(const std::vector<float>& from, const cohort::TensorView& to) {
   std::ranges::copy(from, to.span<float>().begin());
 }
 
+/// What a variant of the loop does at the start and at the end of each step.
+struct LoopHooks {
+  std::function<void(cohort::DataParallel&)> before_step = nullptr;
+  std::function<void(cohort::DataParallel&)> after_step = nullptr;
+};
+
 /// The loop a newcomer writes: host code reads the parameters and writes the gradients through
-/// typed views, cohort's optimizer steps, and nothing synchronizes a stream.
-std::vector<float> plain_loop(cohort::DataParallel& dp, const Mlp& mlp) {
+/// typed views, cohort's optimizer steps, and nothing synchronizes a stream (unless a hook does).
+std::vector<float> plain_loop(cohort::DataParallel& dp, const Mlp& mlp,
+                              const LoopHooks& hooks = {}) {
   const auto n = static_cast<std::size_t>(dp.world().size());
   const auto r = static_cast<std::size_t>(dp.world().rank());
   cohort::Sgd sgd(cohort::target_of(dp), {.lr = kLr});
   for (int step = 0; step < kSteps; ++step) {
+    if (hooks.before_step) {
+      hooks.before_step(dp);
+    }
     const MlpTensors g = cohort::test::mlp_gradients(
         dp.param(mlp.w1).span<const float>().data(), dp.param(mlp.b1).span<const float>().data(),
         dp.param(mlp.w2).span<const float>().data(), dp.param(mlp.b2).span<const float>().data(),
@@ -60,7 +75,11 @@ std::vector<float> plain_loop(cohort::DataParallel& dp, const Mlp& mlp) {
     dp.grad_ready(mlp.w1);
     dp.sync_grads();
     sgd.step();
+    if (hooks.after_step) {
+      hooks.after_step(dp);
+    }
   }
+  dp.compute_stream().synchronize();
   const std::span<const float> arena = dp.param_arena().span<const float>();
   return {arena.begin(), arena.end()};
 }
@@ -243,6 +262,125 @@ TEST(OwnArenas, MemoryThatBreaksARuleIsRefusedNamingIt) {
         refused({.param_memory = cohort::TensorView(blob.get(), count, cohort::DType::f32,
                                                     cohort::Device::cuda(0))},
                 "param_memory is cuda:0 memory, but this rank works on host");
+      },
+      host_options());
+}
+
+/// Runs the plain loop on `n` ranks with a worker-thread compute stream under
+/// COHORT_DEBUG_STREAMS=1; returns each rank's error message ("" when it trained to the end and
+/// matched the reference).
+std::vector<std::string> debug_loop(int n, const LoopHooks& hooks) {
+  const cohort_test::ScopedEnv debug("COHORT_DEBUG_STREAMS", "1");
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  cohort::run_local(
+      n,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        const Mlp mlp(registry);
+        cohort::DataParallel dp(world, registry,
+                                {.bucket_bytes = 512,
+                                 .first_bucket_bytes = 256,
+                                 .init =
+                                     [&](cohort::DataParallel& d) {
+                                       cohort::test::mlp_init(d, mlp, 0.0f);
+                                     },
+                                 .host_compute = cohort::HostExecution::worker});
+        try {
+          const std::vector<float> arena = plain_loop(dp, mlp, hooks);
+          expect_near_reference(arena, dp, mlp);
+        } catch (const cohort::InvalidArgument& error) {
+          errors[static_cast<std::size_t>(world.rank())] = error.what();
+        }
+      },
+      host_options());
+  return errors;
+}
+
+// Note [Debugging streams]: the newcomer's loop on an asynchronous host compute stream is
+// reported at its first racy access, naming the parameter and the call not waited for, whether
+// or not the race happened to go wrong this time.
+TEST(DebugStreams, HostLoopThatDoesNotWaitForTheStepIsReported) {
+  for (const int n : {1, 2}) {
+    for (const std::string& error : debug_loop(n, {})) {
+      EXPECT_THAT(error, HasSubstr("COHORT_DEBUG_STREAMS: grad_ready('fc2.bias') on the host "
+                                   "after the optimizer's step() enqueued work"));
+      EXPECT_THAT(error, HasSubstr("dp.compute_stream().synchronize()"));
+    }
+  }
+  const std::vector<std::string> zeroing =
+      debug_loop(1, {.before_step = [](cohort::DataParallel& dp) { dp.zero_grads(); }});
+  EXPECT_THAT(zeroing[0], HasSubstr("grad_ready('fc2.bias') on the host after zero_grads()"));
+}
+
+// The ways to order host access after the library's work are all accepted, and train right.
+TEST(DebugStreams, WaitingForTheComputeStreamIsAccepted) {
+  const auto accepted = [](const LoopHooks& hooks, const std::string& how) {
+    for (const std::string& error : debug_loop(2, hooks)) {
+      EXPECT_EQ(error, "") << how;
+    }
+  };
+  accepted({.after_step = [](cohort::DataParallel& dp) { dp.compute_stream().synchronize(); }},
+           "synchronize() after step()");
+  accepted({.after_step =
+                [](cohort::DataParallel& dp) {
+                  cohort::Event done = cohort::Event::create(dp.compute_stream().device());
+                  done.record(dp.compute_stream());
+                  done.synchronize();
+                }},
+           "an event recorded after step() and synchronized");
+  accepted({.before_step =
+                [](cohort::DataParallel& dp) {
+                  dp.zero_grads();
+                  while (!dp.compute_stream().ready()) {
+                    std::this_thread::yield();
+                  }
+                }},
+           "zero_grads(), then ready() until it says yes");
+}
+
+// Work the program enqueues on the compute stream after the library's is ordered: not reported.
+TEST(DebugStreams, ComputeEnqueuedOnTheStreamIsAccepted) {
+  const cohort_test::ScopedEnv debug("COHORT_DEBUG_STREAMS", "1");
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        const auto w = registry.add("w", {64});
+        cohort::DataParallel dp(world, registry,
+                                {.host_compute = cohort::HostExecution::worker});
+        cohort::Sgd sgd(cohort::target_of(dp), {.lr = 0.5f});
+        for (int step = 0; step < 3; ++step) {
+          dp.zero_grads();
+          dp.compute_stream().enqueue([g = dp.grad(w)] {
+            for (float& x : g.span<float>()) {
+              x += 1.0f;
+            }
+          });
+          EXPECT_NO_THROW(dp.grad_ready(w));
+          dp.sync_grads();
+          sgd.step();
+        }
+        dp.compute_stream().synchronize();
+        for (const float x : dp.param(w).span<const float>()) {
+          ASSERT_EQ(x, -1.5f);
+        }
+      },
+      host_options());
+}
+
+TEST(DebugStreams, AValueThatIsNotASwitchIsRefusedNamingTheVariable) {
+  const cohort_test::ScopedEnv debug("COHORT_DEBUG_STREAMS", "sometimes");
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        registry.add("w", {4});
+        try {
+          cohort::DataParallel dp(world, registry);
+          ADD_FAILURE() << "COHORT_DEBUG_STREAMS=sometimes was accepted";
+        } catch (const cohort::InvalidArgument& error) {
+          EXPECT_THAT(error.what(), HasSubstr("COHORT_DEBUG_STREAMS"));
+        }
       },
       host_options());
 }

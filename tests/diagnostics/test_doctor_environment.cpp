@@ -200,10 +200,23 @@ TEST(DoctorNetwork, GlooSocket) {
   EXPECT_EQ(absent.severity, Severity::warn);
   EXPECT_TRUE(contains(absent.message, "wlan0")) << absent.message;
   EXPECT_EQ(check_gloo_socket({}, interfaces, std::string("10.0.0.2"), 2).severity, Severity::ok);
-  EXPECT_EQ(check_gloo_socket({}, interfaces, std::nullopt, 1).severity, Severity::warn);
-  EXPECT_EQ(check_gloo_socket({}, interfaces, std::string("127.0.1.1"), 1).severity, Severity::ok);
-  EXPECT_EQ(check_gloo_socket({}, interfaces, std::string("127.0.1.1"), 2).severity,
-            Severity::warn);
+  // One node: 127.0.0.1, whatever the host name does.
+  const Finding one = check_gloo_socket({}, interfaces, std::nullopt, 1);
+  EXPECT_EQ(one.severity, Severity::ok);
+  EXPECT_TRUE(contains(one.message, "127.0.0.1")) << one.message;
+  // Across nodes the route to the store host decides, not the host name.
+  const Finding routed =
+      check_gloo_socket({{"MASTER_ADDR", "10.0.0.1"}}, interfaces, std::string("127.0.1.1"), 2);
+  EXPECT_EQ(routed.severity, Severity::ok);
+  EXPECT_TRUE(contains(routed.message, "route to the store host 10.0.0.1")) << routed.message;
+  const Finding unresolved = check_gloo_socket({{"COHORT_MASTER_ADDR", "node0"}}, interfaces,
+                                               std::nullopt, 2);
+  EXPECT_EQ(unresolved.severity, Severity::ok);
+  EXPECT_TRUE(contains(unresolved.message, "does not resolve, is not needed")) << unresolved.message;
+  const Finding loopback =
+      check_gloo_socket({{"MASTER_ADDR", "127.0.0.1"}}, interfaces, std::string("10.0.0.2"), 2);
+  EXPECT_EQ(loopback.severity, Severity::warn);
+  EXPECT_TRUE(contains(loopback.message, "loopback")) << loopback.message;
 }
 
 }  // namespace

@@ -61,9 +61,15 @@ class TemporaryFolder {
   fs::path path_;
 };
 
+// A head start for a client about to block in a store that cannot say when it is blocked
+// (memory and file). Correctness never depends on it: it only makes it likely that the client is
+// already waiting, which is what the blocking tests mean to exercise.
+constexpr Milliseconds kHeadStart{50};
+
 struct MemoryBackend {
   static constexpr const char* kName = "MemoryStore";
   std::shared_ptr<Store> make() { return std::make_shared<MemoryStore>(kStoreTimeout); }
+  void wait_until_blocked(std::size_t) { std::this_thread::sleep_for(kHeadStart); }
 };
 
 struct FileBackend {
@@ -72,6 +78,7 @@ struct FileBackend {
   std::shared_ptr<Store> make() {
     return std::make_shared<FileStore>(folder.path(), "run", kStoreTimeout);
   }
+  void wait_until_blocked(std::size_t) { std::this_thread::sleep_for(kHeadStart); }
 };
 
 struct TcpBackend {
@@ -91,6 +98,11 @@ struct TcpBackend {
     options.timeout = kStoreTimeout;
     options.connect_timeout = std::chrono::seconds(5);
     return std::make_shared<TcpStore>(options);
+  }
+  /// The server says when it holds the client's request: no head start needed.
+  void wait_until_blocked(std::size_t requests) {
+    EXPECT_TRUE(cohort_test::wait_until([&] { return server.held_requests() == requests; },
+                                        "the server holding the blocked request"));
   }
 };
 
@@ -124,14 +136,17 @@ TYPED_TEST(StoreTest, GetBlocksUntilAnotherThreadSets) {
   auto& store = *this->store_;
   auto writer_store = store.clone();
   ASSERT_FALSE(store.check({"late"}));
-  const auto start = Clock::now();
-  std::thread writer = spawn([&] {
-    std::this_thread::sleep_for(milliseconds(100));
-    writer_store->set("late", "arrived");
+  std::atomic<bool> returned{false};
+  std::string value;
+  std::thread reader = spawn([&] {
+    value = store.get("late", std::chrono::seconds(30));
+    returned = true;
   });
-  EXPECT_EQ(store.get("late", std::chrono::seconds(5)), "arrived");
-  EXPECT_GE(elapsed_since(start), milliseconds(90));
-  writer.join();
+  this->backend_.wait_until_blocked(1);
+  EXPECT_FALSE(returned.load()) << "get returned before the key was set";
+  writer_store->set("late", "arrived");
+  reader.join();
+  EXPECT_EQ(value, "arrived");
 }
 
 TYPED_TEST(StoreTest, GetTimeoutNamesKeyStoreAndTime) {
@@ -150,15 +165,20 @@ TYPED_TEST(StoreTest, GetTimeoutNamesKeyStoreAndTime) {
 TYPED_TEST(StoreTest, WaitReturnsWhenEveryKeyIsSet) {
   auto& store = *this->store_;
   auto writer_store = store.clone();
-  std::thread writer = spawn([&] {
-    for (const char* key : {"w1", "w2", "w3"}) {
-      std::this_thread::sleep_for(milliseconds(20));
-      writer_store->set(key, key);
-    }
+  std::atomic<bool> returned{false};
+  std::thread waiter = spawn([&] {
+    store.wait({"w1", "w2", "w3"}, std::chrono::seconds(30));
+    returned = true;
   });
-  store.wait({"w1", "w2", "w3"}, std::chrono::seconds(5));
+  this->backend_.wait_until_blocked(1);
+  for (const char* key : {"w1", "w2"}) {
+    writer_store->set(key, key);
+    EXPECT_FALSE(returned.load()) << "wait returned with " << key << " the last key set";
+  }
+  writer_store->set("w3", "w3");
+  waiter.join();
+  EXPECT_TRUE(returned.load());
   EXPECT_TRUE(store.check({"w1", "w2", "w3"}));
-  writer.join();
   store.wait({});  // nothing to wait for
 }
 

@@ -330,7 +330,8 @@ TEST(TcpStoreTest, StopWhileAClientIsBlockedFailsItPromptly) {
     }
     waited = elapsed_since(start);
   });
-  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(cohort_test::wait_until([&] { return server.held_requests() == 1; },
+                                      "the server holding the GET"));
   server.stop();
   blocked.join();
   EXPECT_FALSE(timed_out);
@@ -345,7 +346,9 @@ TEST(TcpStoreTest, ABlockedGetDoesNotStopOtherConnections) {
   TcpStore waiting(client_of(server.port()));
   TcpStore busy(client_of(server.port()));
   std::string value;
-  std::thread blocked = spawn([&] { value = waiting.get("release", std::chrono::seconds(5)); });
+  std::thread blocked = spawn([&] { value = waiting.get("release", std::chrono::seconds(30)); });
+  EXPECT_TRUE(cohort_test::wait_until([&] { return server.held_requests() == 1; },
+                                      "the server holding the GET"));
   const auto start = Clock::now();
   for (int i = 0; i < 50; ++i) {
     busy.set("key" + std::to_string(i), "v");

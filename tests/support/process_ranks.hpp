@@ -1,12 +1,12 @@
 #pragma once
 
 // Ranks as separate processes, launched the way torchrun would (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID) on a free loopback port, each
-// rank's output in a file. Rank 0 hosts the TCP store unless the environment picks another.
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID), each rank's output in a
+// file, meeting through a TCP store this process serves on a loopback port it holds bound.
+
+#include <cohort/launch/tcp_store.hpp>
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,20 +38,6 @@ inline std::string build_path(const std::string& relative) {
   return (self.parent_path() / std::filesystem::path(relative).filename()).string();
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -69,67 +55,68 @@ struct ProcessRank {
 };
 
 /// Starts `n` ranks of `program` with `arguments` and extra `environment` ("NAME=value"), waits
-/// for all of them, and returns how each ended. `tag` names the run's output folder. The port was
-/// free when picked, but another program may take it before rank 0 listens on it: a run whose
-/// store could not listen for that reason is started again on another port (twice at most).
-inline std::vector<ProcessRank> run_process_ranks_on(int port, int n, const std::string& program,
-                                                     const std::vector<std::string>& arguments,
-                                                     const std::vector<std::string>& environment,
-                                                     const std::string& tag);
-
+/// for all of them, and returns how each ended. `tag` names the run's output folder.
+///
+/// The TCP store is served by this process, the way torchrun's agent and cohortrun serve it
+/// (COHORT_STORE_EXTERNAL=1): its socket is bound to port 0 and listening before any rank starts,
+/// so no other program can take the port between choosing it and using it. An `environment`
+/// entry may still pick another store (COHORT_STORE=file:...).
 inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& program,
                                                   const std::vector<std::string>& arguments,
                                                   const std::vector<std::string>& environment,
                                                   const std::string& tag) {
-  for (int attempt = 0;; ++attempt) {
-    const int port = free_port();
-    auto ranks = run_process_ranks_on(port, n, program, arguments, environment, tag);
-    const std::string first = ranks.empty() ? std::string() : read_file(ranks.front().output);
-    std::string at_port(":");  // built in steps: GCC 12's -Wrestrict misreads "a" + s + "b"
-    at_port += std::to_string(port);
-    at_port += ':';
-    const bool port_taken = first.find("cannot listen on") != std::string::npos &&
-                            first.find(at_port) != std::string::npos;
-    if (attempt == 2 || !port_taken) {
-      return ranks;
-    }
-  }
-}
+  cohort::TcpStoreServerOptions server_options;
+  server_options.host = "127.0.0.1";
+  server_options.port = 0;
+  cohort::TcpStoreServer server(server_options);
+  const std::string port = std::to_string(server.port());
 
-inline std::vector<ProcessRank> run_process_ranks_on(int port, int n, const std::string& program,
-                                                     const std::vector<std::string>& arguments,
-                                                     const std::vector<std::string>& environment,
-                                                     const std::string& tag) {
   const auto folder = std::filesystem::temp_directory_path() /
                       ("cohort-" + tag + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(folder);
+  // Everything a child needs is built here: after fork() it only opens, duplicates and execs,
+  // since the store's thread may hold the allocator's lock at the moment of the fork.
+  std::vector<std::string> argv_text{program};
+  argv_text.insert(argv_text.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& argument : argv_text) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::vector<std::vector<std::string>> env_text(static_cast<std::size_t>(n));
+  std::vector<std::vector<char*>> envp(static_cast<std::size_t>(n));
   std::vector<ProcessRank> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const auto index = static_cast<std::size_t>(r);
+    ranks[index].output = folder / ("rank" + std::to_string(r) + ".log");
+    std::vector<std::string> settings = {"RANK=" + std::to_string(r),
+                                         "WORLD_SIZE=" + std::to_string(n),
+                                         "LOCAL_RANK=" + std::to_string(r),
+                                         "LOCAL_WORLD_SIZE=" + std::to_string(n),
+                                         "MASTER_ADDR=127.0.0.1",
+                                         "MASTER_PORT=" + port,
+                                         "COHORT_STORE_EXTERNAL=1",
+                                         "TORCHELASTIC_RUN_ID=" + tag + port,
+                                         "COHORT_TIMEOUT=20s"};
+    settings.insert(settings.end(), environment.begin(), environment.end());
+    auto& text = env_text[index];
+    for (char** entry = environ; *entry != nullptr; ++entry) text.emplace_back(*entry);
+    for (const auto& setting : settings) {
+      const std::string name = setting.substr(0, setting.find('=') + 1);
+      std::erase_if(text, [&](const std::string& entry) { return entry.starts_with(name); });
+      text.push_back(setting);
+    }
+    for (auto& entry : text) envp[index].push_back(entry.data());
+    envp[index].push_back(nullptr);
+  }
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < n; ++r) {
-    ProcessRank& rank = ranks[static_cast<std::size_t>(r)];
-    rank.output = folder / ("rank" + std::to_string(r) + ".log");
+    const auto index = static_cast<std::size_t>(r);
+    ProcessRank& rank = ranks[index];
     rank.pid = fork();
     if (rank.pid == 0) {
       const int fd = open(rank.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("TORCHELASTIC_RUN_ID", (tag + std::to_string(port)).c_str(), 1);
-      setenv("COHORT_TIMEOUT", "20s", 1);
-      for (const auto& assignment : environment) {
-        const auto equals = assignment.find('=');
-        setenv(assignment.substr(0, equals).c_str(), assignment.substr(equals + 1).c_str(), 1);
-      }
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(program.c_str()));
-      for (const auto& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
-      argv.push_back(nullptr);
-      execv(program.c_str(), argv.data());
+      execve(program.c_str(), argv.data(), envp[index].data());
       _exit(127);
     }
   }

@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -35,6 +37,23 @@ inline std::chrono::milliseconds elapsed_since(Clock::time_point start) {
 inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
+}
+
+/// Waits for `event` to become true (checked every millisecond), for `deadline` at most: tests
+/// wait for the event they need (a client blocked in the store, a bucket reduced) instead of
+/// sleeping and hoping it happened. A failure names `what` when the deadline passes first.
+template <typename Event>
+::testing::AssertionResult wait_until(Event&& event, const std::string& what,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+  const auto start = Clock::now();
+  while (!event()) {
+    if (Clock::now() - start > deadline) {
+      return ::testing::AssertionFailure()
+             << what << " did not happen within " << deadline.count() << " ms";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return ::testing::AssertionSuccess();
 }
 
 /// The message of the `E` that `action` throws; a test failure when it throws nothing or another
@@ -84,5 +103,30 @@ double to_double(T value) {
     return static_cast<double>(value);
   }
 }
+
+/// Sets an environment variable for a scope and restores it after; only while no other thread
+/// reads the environment (before the ranks of a test start).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+    }
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace cohort_test

@@ -205,10 +205,11 @@ std::vector<std::string> nccl_socket_interfaces(const EnvMap& environment,
 Finding check_nccl_socket(const EnvMap& environment, std::span<const NetworkInterface> interfaces,
                           int num_nodes, bool nccl_in_use);
 
-/// The host backend's interface (Gloo over TCP, the PyTorch convention): `GLOO_SOCKET_IFNAME`
-/// (comma separated exact names) when set, else the address the host name resolves to
-/// (`hostname_address`, nullopt when it does not resolve). Problems are warnings: whether the
-/// host backend is used depends on the program.
+/// The host backend's interface (Gloo over TCP): `GLOO_SOCKET_IFNAME` (comma separated exact
+/// names) when set; else 127.0.0.1 on one node, and across nodes the local address of the route
+/// to the store host (`COHORT_MASTER_ADDR` or `MASTER_ADDR`; a loopback one is a warning), with
+/// the host name's address (`hostname_address`, nullopt when it does not resolve) only the
+/// fallback. Problems are warnings: whether the host backend is used depends on the program.
 Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInterface> interfaces,
                           std::optional<std::string> hostname_address, int num_nodes);
 

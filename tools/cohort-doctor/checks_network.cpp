@@ -174,22 +174,26 @@ Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInte
     }
     return finding;
   }
-  if (!hostname_address) {
-    finding.severity = Severity::warn;
-    finding.message =
-        "the host name does not resolve to an IPv4 address, which the host "
-        "backend (Gloo over TCP) binds to by default";
-    finding.advice = "set GLOO_SOCKET_IFNAME to an interface (" + available +
-                     "), or add the host name to /etc/hosts";
+  // Without GLOO_SOCKET_IFNAME: 127.0.0.1 on one node; across nodes the local address of the
+  // route to the store host, the host name only as the fallback (Note [Choosing the address]).
+  const std::string fallback =
+      hostname_address ? "the host name's address, " + *hostname_address + ", is only the fallback"
+                       : "the host name, which does not resolve, is not needed";
+  if (num_nodes <= 1) {
+    finding.message = "on one node the host backend (Gloo over TCP) binds 127.0.0.1; across nodes "
+                      "it binds the local address of the route to the store host (MASTER_ADDR), "
+                      "and " + fallback;
     return finding;
   }
-  finding.message = "the host backend (Gloo over TCP) would bind to " + *hostname_address +
-                    ", the host name's address (set GLOO_SOCKET_IFNAME to choose)";
-  if (num_nodes > 1 && hostname_address->starts_with("127.")) {
+  std::string master = detail::lookup(environment, "COHORT_MASTER_ADDR").value_or("");
+  if (master.empty()) master = detail::lookup(environment, "MASTER_ADDR").value_or("");
+  finding.message = "across nodes the host backend (Gloo over TCP) binds the local address of the "
+                    "route to the store host" + (master.empty() ? std::string() : " " + master) +
+                    "; " + fallback + " (set GLOO_SOCKET_IFNAME to choose)";
+  if (master == "localhost" || master.starts_with("127.")) {
     finding.severity = Severity::warn;
-    finding.message += ": a loopback address, which other nodes cannot reach";
-    finding.advice =
-        "set GLOO_SOCKET_IFNAME to the interface on the cluster network (" + available + ")";
+    finding.message += ": " + master + " is this host's loopback, which other nodes cannot reach";
+    finding.advice = "set MASTER_ADDR (--master-addr) to node 0's address on the cluster network";
   }
   return finding;
 }

@@ -163,6 +163,7 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
 std::vector<float> Mlp::download_parameters() const {
   COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before reading its parameters");
   std::vector<float> values;
+  values.reserve(parameter_count());  // one allocation, not a doubling vector
   for (const Layer& slot : layers_) {
     for (const cohort::ParamHandle handle : {slot.weight, slot.bias}) {
       const std::vector<float> mine = math_->download_values(dp_->param(handle));

@@ -38,6 +38,11 @@ inline constexpr std::string_view kDebugCollectives = "COHORT_DEBUG_COLLECTIVES"
 /// Boolean: let more ranks share a node than it has GPUs, mapping local ranks to GPUs
 /// round-robin (NCCL needs `NCCL_MULTI_RANK_GPU_ENABLE=1`, NCCL 2.30+). Default off.
 inline constexpr std::string_view kAllowSharedGpu = "COHORT_ALLOW_SHARED_GPU";
+/// Boolean: check the stream contract of `DataParallel` (Note [Debugging streams] in
+/// data_parallel.hpp): on the host, gradients written or parameters read while library work on
+/// a worker compute stream was not waited for; on a GPU, gradients still being written by work
+/// the compute stream does not wait for when `grad_ready` is called. Slow; default off.
+inline constexpr std::string_view kDebugStreams = "COHORT_DEBUG_STREAMS";
 
 // ---- Host collectives -----------------------------------------------------------------------------
 

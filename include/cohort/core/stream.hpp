@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 namespace cohort {
 
@@ -35,10 +37,13 @@ enum class HostExecution : std::uint8_t {
 };
 
 class Event;
+class Stream;
 
 namespace detail {
 class StreamImpl;
 class EventImpl;
+void label_host_work(const Stream& stream, std::string_view call);
+std::optional<std::string_view> unwaited_host_work(const Stream& stream);
 }  // namespace detail
 
 class Stream {
@@ -91,6 +96,8 @@ class Stream {
  private:
   explicit Stream(std::shared_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
   friend class Event;
+  friend void detail::label_host_work(const Stream& stream, std::string_view call);
+  friend std::optional<std::string_view> detail::unwaited_host_work(const Stream& stream);
   std::shared_ptr<detail::StreamImpl> impl_;
 };
 

@@ -49,21 +49,51 @@
 ///   `zero_grads()`, `sync_grads()` or `step()` returns, its work is done, so a plain loop may
 ///   read parameters and write gradients directly. A stream of your own (`compute_stream`) or
 ///   `host_compute = worker` makes the host asynchronous, and the GPU rules apply.
+/// - `COHORT_DEBUG_STREAMS=1` checks this contract at every `grad_ready` (Note [Debugging
+///   streams]).
 ///
 /// Note [Host compute runs on the caller]
 /// A host program written as plain loops never synchronizes a stream, and with an asynchronous
 /// compute stream it read gradients before `sync_grads()`'s wait had run and parameters before
 /// `step()` had: wrong results, no error. Three remedies were weighed. A guard or
 /// `run_on_compute(fn)` makes the order explicit but leaves the obvious loop wrong: it needs the
-/// user to know the rule it is meant to teach. A debug mode that detects host writes while the
-/// compute stream has work pending finds the bug only when it is switched on, and only the
-/// writes, not the reads. Running the host compute stream on the caller makes the obvious loop
+/// user to know the rule it is meant to teach. A debug mode that detects host access while the
+/// compute stream has work pending finds the bug only when it is switched on, so it is kept for
+/// the programs that ask for overlap (Note [Debugging streams]). Running the host compute stream on the caller makes the obvious loop
 /// right by construction and keeps the overlap that matters: the all-reduces still run on the
 /// communication thread while backward goes on (a bucket starts at `grad_ready`, and only
 /// `sync_grads()` waits); what is lost is a compute thread running ahead of the host thread,
 /// which in a plain loop has nothing else to do. Programs that queue their own host work keep a
 /// worker stream (`compute_stream`, or `host_compute = worker`); the tests run the same loop both
-/// ways (tests/ddp/test_host_loop.cpp).
+/// ways (tests/ddp/test_host_loop.cpp). For those, the debug mode exists too (Note [Debugging
+/// streams]).
+///
+/// Note [Debugging streams]
+/// With `COHORT_DEBUG_STREAMS=1` (read once per DataParallel), `grad_ready` checks the stream
+/// contract and throws `InvalidArgument` naming the parameter and the remedy:
+/// - On the host, with a compute stream that runs on a worker thread: the library calls that
+///   enqueue work on the arenas (`zero_grads()`, `sync_grads()`, `broadcast_parameters()`, an
+///   optimizer's `step()`) name themselves on the stream. `grad_ready(h)` without a stream means
+///   the host wrote the gradient (and read the parameters for it); if the host has not waited for
+///   the last such call's work since (`synchronize()`, a `ready()` that said yes, or the same on
+///   an event recorded after it) and nothing was enqueued after it, that is a race, reported
+///   naming the call (Note [Unwaited host work] in stream.cpp). Of the designs weighed, guard
+///   pages cannot tell the host thread from the worker that must touch the same pages, and
+///   checksums of the arena around the enqueued work catch a write only when it happens to land
+///   while the work is pending, and never a read. This check follows the program's order, not
+///   the threads' timing, so it reports the first racy step on every run, whether the race went
+///   wrong or not. It cannot see host accesses that the program orders by other means (work of
+///   its own enqueued on the compute stream after the call clears it), nor accesses after the
+///   last `grad_ready` of the run.
+/// - On a GPU: `grad_ready(h)` (and `grad_ready(h, stream)`, after the compute stream waits for
+///   an event on that stream) copies the gradient at the point its mark takes on the compute
+///   stream, waits for the whole device, and copies it again. A difference means work the compute
+///   stream does not wait for (a kernel on another stream, or on a stream other than the one
+///   passed) was still writing it: its all-reduce would have averaged a half-written gradient. A
+///   write that had already finished by the first copy is not seen: the race was won this time,
+///   and is caught on the run where it is not. Each mark costs two copies of the gradient and a
+///   device synchronization; the check is skipped while the compute stream is being captured
+///   into a CUDA graph.
 ///
 /// Note [Your own arenas]
 /// A program that keeps all its parameters in one blob (llm.c does) can give DataParallel that

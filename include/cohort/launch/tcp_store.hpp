@@ -55,6 +55,11 @@ class TcpStoreServer {
   /// The port it listens on (the chosen one when the options asked for 0).
   int port() const noexcept;
 
+  /// GET and WAIT requests the server holds until their keys are set or their deadline passes
+  /// (0 once stopped). For tests and diagnostics: a test waits for a client to be blocked here
+  /// instead of sleeping and hoping it is.
+  std::size_t held_requests() const;
+
   /// Stops serving and closes every connection. Idempotent; the destructor calls it.
   void stop() noexcept;
 

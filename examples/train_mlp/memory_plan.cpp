@@ -1,0 +1,124 @@
+#include "memory_plan.hpp"
+
+#include <layers/cnn.hpp>
+#include <layers/images.hpp>
+#include <layers/mlp.hpp>
+
+#include <cohort/core/format.hpp>
+#include <cohort/ddp/param_registry.hpp>
+#include <cohort/memory/memory_estimate.hpp>
+#include <cohort/memory/memory_report.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace train_mlp {
+namespace {
+
+constexpr std::size_t kMlpEvalRows = 1024;  // the widest batch run() binds the MLP to
+
+/// Sums of the library's categories (parameters, gradients, optimizer state, buckets).
+bool is_library(cohort::MemoryCategory category) {
+  return category == cohort::MemoryCategory::parameters ||
+         category == cohort::MemoryCategory::gradients ||
+         category == cohort::MemoryCategory::optimizer_state ||
+         category == cohort::MemoryCategory::buckets;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
+  const bool bf16 = options.precision == "bf16";
+  const cohort::DType dtype = bf16 ? cohort::DType::bf16 : cohort::DType::f32;
+  cohort::ParamRegistry registry;  // registering shapes allocates nothing
+  MemoryPlan plan;
+  if (options.model == Model::mlp) {
+    plan.parameters = layers::Mlp({.inputs = kFeatures, .hidden = options.hidden,
+                                   .layers = options.layers, .classes = kClasses, .dtype = dtype},
+                                  registry)
+                          .parameter_count();
+  } else {
+    plan.parameters = layers::Cnn({.image_size = kImageSize, .channels = 1, .width = options.width,
+                                   .classes = layers::ShapeImages::kClasses,
+                                   .bn_group = kBatchNormGroup, .layout = layers::Layout::nhwc,
+                                   .dtype = dtype},
+                                  registry)
+                          .parameter_count();
+  }
+  const std::size_t p = plan.parameters;
+  const std::size_t element = bf16 ? 2 : 4;
+  // Optimizer state: AdamW's two moments or SGD's momentum, and f32 master weights under bf16;
+  // ZeRO-1 keeps this rank's shard of them.
+  std::size_t state = (options.optimizer == "adamw" ? 8U : 4U) + (bf16 ? 4U : 0U);
+  if (options.zero1) state = (state + static_cast<std::size_t>(world_size) - 1) /
+                             static_cast<std::size_t>(world_size);
+  plan.library = p * (2 * element + state);
+  // The example: the training set on the host and its device copy (features and a label), the
+  // f32 copies of bf16 weights and gradients, the final download of every parameter, and for the
+  // MLP the activations of the widest batch it binds (the CNN's are not estimated).
+  const auto samples = static_cast<std::size_t>(options.train_samples);
+  const auto features =
+      static_cast<std::size_t>(options.model == Model::mlp ? kFeatures : kImageSize * kImageSize);
+  plan.example = 2 * samples * (features + 1) * 4 + p * 4 + (bf16 ? p * 8 : 0);
+  if (options.model == Model::mlp) {
+    const std::size_t rows =
+        std::max(kMlpEvalRows, static_cast<std::size_t>(options.global_batch / world_size));
+    const auto hidden = static_cast<std::size_t>(options.hidden);
+    const auto layers = static_cast<std::size_t>(options.layers);
+    plan.example += rows * (hidden * layers + 2 * std::max(hidden, features)) * 4;
+  }
+  return plan;
+}
+
+void check_memory_plan(const MemoryPlan& plan, const TrainOptions& options, cohort::Device device,
+                       int ranks_here) {
+  const auto ranks = static_cast<std::size_t>(ranks_here);
+  std::string what = std::string(program_name(options.model)) + " (" + std::to_string(ranks_here) +
+                     (ranks_here == 1 ? " rank" : " ranks") + " of " +
+                     std::to_string(plan.parameters) + " parameters: " +
+                     cohort::format_bytes(plan.library) + " in cohort and " +
+                     cohort::format_bytes(plan.example) + " of the example's own per rank)";
+  cohort::check_memory_fits(device, plan.total() * ranks, what);
+}
+
+nlohmann::json memory_per_parameter(cohort::Device device, std::size_t parameters,
+                                    int ranks_in_process, const MemoryPlan& plan) {
+  const double scale =
+      static_cast<double>(parameters) * static_cast<double>(std::max(ranks_in_process, 1));
+  nlohmann::json categories = nlohmann::json::object();
+  double library = 0.0, example = 0.0;
+  for (const cohort::MemoryCategory category : cohort::kAllMemoryCategories) {
+    categories[std::string(cohort::to_string(category))] = 0.0;
+  }
+  for (const cohort::MemoryUsage& usage : cohort::memory_usage()) {
+    if (usage.device != device) continue;
+    const double per_parameter = static_cast<double>(usage.current_bytes) / scale;
+    categories[std::string(cohort::to_string(usage.category))] = per_parameter;
+    (is_library(usage.category) ? library : example) += per_parameter;
+  }
+  return {{"device", device.to_string()},
+          {"bytes_per_parameter", categories},
+          {"library_bytes_per_parameter", library},
+          {"example_bytes_per_parameter", example},
+          {"estimated_bytes_per_rank", plan.total()},
+          {"estimated_library_bytes_per_rank", plan.library},
+          {"estimated_example_bytes_per_rank", plan.example}};
+}
+
+std::string describe_memory(const nlohmann::json& memory) {
+  std::string text = "memory per parameter on " + memory["device"].get<std::string>() + ":";
+  char number[64];
+  bool first = true;
+  for (const auto& [name, value] : memory["bytes_per_parameter"].items()) {
+    std::snprintf(number, sizeof number, "%s %s %.2f", first ? "" : ",", name.c_str(),
+                  value.get<double>());
+    text += number;
+    first = false;
+  }
+  std::snprintf(number, sizeof number, " B (cohort %.2f, the example %.2f)",
+                memory["library_bytes_per_parameter"].get<double>(),
+                memory["example_bytes_per_parameter"].get<double>());
+  return text + number;
+}
+
+}  // namespace train_mlp
