@@ -12,6 +12,9 @@
 # The CUDA preset's tests include gpu_bundle.ldd: it assembles the GPU bundle (scripts/gpu-bundle.sh)
 # from that same build, compiling nothing more, and checks it with ldd.
 #
+# A stage before them makes build/torch-venv, PyTorch from PyPI, for the torchrun launch test and
+# the TorchStore tests (about 66 s and 5.3 GB the first time; they skip where pip cannot).
+#
 # More stages (docs/reliability.md), each printing its time:
 # - fuzz, in CI (CI=true) or with COHORT_TEST_FUZZ=1: every libFuzzer target for
 #   COHORT_FUZZ_SECONDS (default 30) each; a crash fails the run.
@@ -26,6 +29,7 @@ sanitizers=${COHORT_TEST_SANITIZERS:-0}
 fuzz=${COHORT_TEST_FUZZ:-$([ "$ci" = true ] && echo 1 || echo 0)}
 
 ensure_packages
+ensure_munge_key
 find_cuda
 preset=$(choose_preset ci)
 # (run_stage runs it in a context where set -e does not apply: every step checks itself.)
@@ -34,12 +38,19 @@ run_preset() {
   build_preset "$1" || return 1
   (cd "$cohort_root" && ctest --preset "$1" -j "$(nproc)" "${@:2}")
 }
+# PyTorch from PyPI for the torchrun launch test and the TorchStore tests (build/torch-venv, once
+# for every preset); without it those tests skip and say why.
+with_torch() {
+  ensure_torch_venv >/dev/null || echo "cohort: PyTorch could not be installed; its tests will skip"
+}
 if [ $# -eq 0 ]; then
+  run_stage "torch-venv" with_torch
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
-    # The multinode tests (fake hosts, host ranks; about a minute) ran in the host-only stage:
-    # the CUDA build's ranks on the host would repeat them.
-    run_stage "$preset" run_preset "$preset" -LE multinode
+    # The multinode tests (fake hosts, host ranks; about a minute) and the real launchers'
+    # (launch.*: torchrun, Slurm, TorchStore against PyTorch; about a minute) ran in the host-only
+    # stage: the CUDA build's ranks on the host would repeat them.
+    run_stage "$preset" run_preset "$preset" -LE multinode -E '^launch\.'
   else
     run_stage "$preset" run_preset "$preset"
   fi
@@ -53,5 +64,6 @@ if [ $# -eq 0 ]; then
   fi
   print_stage_times
 else
+  with_torch
   run_preset "$preset" "$@"
 fi

@@ -53,7 +53,7 @@ mpirun_args=(--oversubscribe -np "$ranks")
 [ "$(id -u)" -eq 0 ] && mpirun_args=(--allow-run-as-root "${mpirun_args[@]}")
 
 python=""
-if python=$(ensure_torch_venv "$build"); then
+if python=$(ensure_torch_venv); then
   echo "PyTorch peer: $python"
 else
   python=""

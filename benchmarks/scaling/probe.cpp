@@ -8,6 +8,34 @@
 #include <chrono>
 
 namespace scaling {
+namespace {
+
+/// The median over `reps` runs of the time per all-reduce of `count` floats on `comm`, in runs of
+/// 4 issued back to back (nccl-tests' way: how a step's buckets follow one another), after a
+/// warm-up. Every member of `comm` calls it.
+double time_all_reduce(cohort::Communicator& comm, layers::Math& math, const cohort::Stream& stream,
+                       cohort::Device device, std::size_t count, int reps) {
+  cohort::Buffer buffer = math.allocate_bytes(count * sizeof(float));
+  const cohort::TensorView view(buffer.data(), count, cohort::DType::f32, device);
+  constexpr int kPerRun = 4;
+  comm.all_reduce(view, cohort::ReduceOp::sum, stream).wait();  // warm-up
+  std::vector<double> times;
+  for (int rep = 0; rep < reps; ++rep) {
+    comm.barrier(stream).wait();
+    stream.synchronize();
+    const auto begin = std::chrono::steady_clock::now();
+    std::vector<cohort::Work> works;
+    for (int i = 0; i < kPerRun; ++i) works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
+    for (cohort::Work& work : works) work.wait();
+    stream.synchronize();
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+        kPerRun);
+  }
+  return cohort::bench::median(times);
+}
+
+}  // namespace
 
 LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int reps) {
   std::sort(sizes.begin(), sizes.end());
@@ -17,32 +45,23 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   LinkProbe probe;
   probe.ranks = world.size();
   probe.backend = std::string(cohort::to_string(world.comm().backend()));
+  // Across nodes, also the cross-node part alone: the two-level all-reduce sends each rank's
+  // 1/local_world_size share over world.cross(), all local ranks at once.
+  const bool cross = world.num_nodes() > 1;
   std::vector<float> medians;
   for (const std::size_t bytes : sizes) {
     const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
-    cohort::Buffer buffer = math.allocate_bytes(count * sizeof(float));
-    const cohort::TensorView view(buffer.data(), count, cohort::DType::f32, world.device());
-    // As nccl-tests times: a run of all-reduces issued back to back, divided by their number,
-    // which is how a step's buckets follow one another; the median of `reps` runs.
-    constexpr int kPerRun = 4;
-    world.comm().all_reduce(view, cohort::ReduceOp::sum, stream).wait();  // warm-up
-    std::vector<double> times;
-    for (int rep = 0; rep < reps; ++rep) {
-      world.comm().barrier(stream).wait();
-      stream.synchronize();
-      const auto begin = std::chrono::steady_clock::now();
-      std::vector<cohort::Work> works;
-      for (int i = 0; i < kPerRun; ++i) {
-        works.push_back(world.comm().all_reduce(view, cohort::ReduceOp::sum, stream));
-      }
-      for (cohort::Work& work : works) work.wait();
-      stream.synchronize();
-      times.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
-          kPerRun);
-    }
-    medians.push_back(static_cast<float>(cohort::bench::median(times)));
+    medians.push_back(static_cast<float>(
+        time_all_reduce(world.comm(), math, stream, world.device(), count, reps)));
     probe.bytes.push_back(static_cast<double>(count * sizeof(float)));
+  }
+  if (cross) {
+    for (const std::size_t bytes : sizes) {
+      const std::size_t share = std::max<std::size_t>(
+          1, bytes / sizeof(float) / static_cast<std::size_t>(world.local_world_size()));
+      medians.push_back(static_cast<float>(
+          time_all_reduce(world.cross(), math, stream, world.device(), share, reps)));
+    }
   }
   // The slowest rank's median of each size.
   world.comm()
@@ -50,7 +69,8 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
                   cohort::ReduceOp::max, stream)
       .wait();
   stream.synchronize();
-  probe.ms.assign(medians.begin(), medians.end());
+  probe.ms.assign(medians.begin(), medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
+  probe.cross_ms.assign(medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()), medians.end());
   // Least squares of ms = alpha + bytes x ms_per_byte.
   const double n = static_cast<double>(probe.ms.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;

@@ -292,6 +292,17 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
                 probe.alpha_ms, probe.ms_per_byte * 1e6,
                 probe.ms_per_byte > 0 ? 2.0 * (probe.ranks - 1) / probe.ranks / (probe.ms_per_byte * 1e6)
                                       : 0.0);
+    if (!probe.cross_ms.empty()) {
+      // How much of each all-reduce the cross-node link alone accounts for: where the lost
+      // percent's exposed communication comes from.
+      std::printf("# of which the cross-node part alone (each rank's share over the nodes):");
+      for (std::size_t i = 0; i < probe.cross_ms.size(); ++i) {
+        std::printf("%s %.0f KiB %.2f ms (%.0f%%)", i == 0 ? "" : ",", probe.bytes[i] / 1024.0,
+                    probe.cross_ms[i],
+                    probe.ms[i] > 0 ? 100.0 * probe.cross_ms[i] / probe.ms[i] : 0.0);
+      }
+      std::printf("\n");
+    }
     std::printf("# model check at %d ranks (Note [Checking the model]): measured step %.2f ms, "
                 "predicted %.2f ms (communication %.2f ms, exposed %.2f ms): error %+.1f%%\n",
                 check.ranks, check.measured_ms, check.predicted_ms, check.comm_ms,
@@ -376,6 +387,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
                                      {"backend", check.probe.backend},
                                      {"bytes", check.probe.bytes},
                                      {"ms", check.probe.ms},
+                                     {"cross_node_ms", check.probe.cross_ms},
                                      {"alpha_ms", check.probe.alpha_ms},
                                      {"ms_per_byte", check.probe.ms_per_byte}}}};
   }

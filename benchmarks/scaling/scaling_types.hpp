@@ -72,6 +72,7 @@ struct LinkProbe {
   int ranks = 0;
   std::string backend;
   std::vector<double> bytes, ms;
+  std::vector<double> cross_ms;  // across nodes: each size's cross-node part alone (world.cross())
   double alpha_ms = 0, ms_per_byte = 0;
 };
 

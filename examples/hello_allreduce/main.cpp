@@ -7,6 +7,7 @@
 
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/launch/launch_info.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
@@ -74,6 +75,7 @@ int main() {
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "hello_allreduce: %s\n", error.what());
+    cohort::record_failure(std::string("hello_allreduce: ") + error.what());  // torchrun's summary
     return 1;
   }
 }

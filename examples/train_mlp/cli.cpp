@@ -4,7 +4,6 @@
 #include "memory_plan.hpp"
 
 #include <cohort/checkpoint/preemption.hpp>
-
 #include <cohort/comm/world.hpp>
 #include <cohort/launch/launch_info.hpp>
 
@@ -132,6 +131,7 @@ int run_cli(int argc, char** argv, Model model) {
     return 0;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s: %s\n", name, error.what());
+    cohort::record_failure(std::string(name) + ": " + error.what());  // torchrun's summary
     return 1;
   }
 }

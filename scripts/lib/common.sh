@@ -10,6 +10,7 @@ cohort_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin python3-matplotlib ccache
   patchelf xz-utils iproute2
+  slurmctld slurmd slurm-client munge
 )
 
 # Installs whichever of the given packages (default: cohort_packages) are missing. Idempotent:
@@ -41,6 +42,18 @@ ensure_packages() {
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
+}
+
+# The launch tests start a one-node Slurm cluster, which authenticates through munge: give the
+# machine a munge key when the package left none (its postinst cannot always make one). Root only;
+# elsewhere the Slurm test skips and says why.
+ensure_munge_key() {
+  [ "$(id -u)" -eq 0 ] || return 0
+  [ -f /etc/munge/munge.key ] && return 0
+  command -v mungekey >/dev/null 2>&1 || return 0
+  mungekey --create --keyfile /etc/munge/munge.key
+  chown munge:munge /etc/munge/munge.key
+  chmod 600 /etc/munge/munge.key
 }
 
 # Puts the CUDA toolkit on PATH when it is installed in the usual place but not on PATH.
@@ -133,19 +146,29 @@ run_fuzzers() {
   done
 }
 
-# Prints the python of a virtual environment with PyTorch under the given build folder
-# (<build>/torch-venv), creating it and installing torch with pip the first time. Returns 1,
+# Prints the python of the virtual environment with PyTorch that the PyTorch peer benchmarks and
+# the torchrun tests share, build/torch-venv (one for every preset), creating it and installing
+# torch with pip the first time (PyPI's wheel with its CUDA libraries: about 66 s and 5.3 GB on a
+# quiet machine). Idempotent, and safe to call from tests that run at once (a lock). Returns 1,
 # saying why on stderr, when torch cannot be installed (no network, no wheel for this machine).
 ensure_torch_venv() {
-  local venv="$1/torch-venv"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
-    echo "$venv/bin/python"
-    return 0
-  fi
-  ensure_packages python3-venv >&2
-  if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/pip" install -q torch numpy >&2; then
-    echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
-    return 1
-  fi
+  local venv="$cohort_root/build/torch-venv"
+  mkdir -p "$cohort_root/build" || return 1
+  (
+    flock 9
+    local probe=(-c 'import torch.distributed.run, numpy')
+    if [ -x "$venv/bin/python" ] && "$venv/bin/python" "${probe[@]}" >/dev/null 2>&1; then
+      exit 0
+    fi
+    ensure_packages python3-venv >&2
+    if ! python3 -m venv "$venv" >&2 || ! "$venv/bin/python" -m pip install -q torch numpy >&2; then
+      echo "cohort: cannot install torch into $venv (pip install torch failed)" >&2
+      exit 1
+    fi
+    if ! "$venv/bin/python" "${probe[@]}" >&2; then
+      echo "cohort: torch was installed into $venv but torch.distributed.run does not import" >&2
+      exit 1
+    fi
+  ) 9>"$cohort_root/build/torch-venv.lock" || return 1
   echo "$venv/bin/python"
 }

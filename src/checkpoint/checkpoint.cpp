@@ -151,13 +151,7 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
   if (optimizer_ != nullptr) {
     manifest.optimizer_rule = optimizer_->rule_name();
     manifest.optimizer_sharded = optimizer_->is_sharded();
-    manifest.optimizer_steps = optimizer_->steps_taken();  // waits for the stream
     manifest.learning_rate = optimizer_->learning_rate();
-  }
-  if (scaler_ != nullptr) {
-    const LossScalerSnapshot scaler = scaler_->read(stream);
-    manifest.loss_scaler = ManifestLossScaler{scaler.scale, scaler.growth_tracker,
-                                              scaler.skipped_steps, scaler.last_step_skipped};
   }
   manifest.step = state.step;
   manifest.epoch = state.epoch;
@@ -176,7 +170,18 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
     into.piece_bytes.push_back(state.user_blob.size());
     total += state.user_blob.size();
   }
-  into.reserve(total);
+  // Note [Checkpoint counters]
+  // The optimizer's step counter and the loss scaler's state are written by the step kernels, in
+  // stream order. Reading them here would wait for the compute stream, a stall of up to a whole
+  // step at every save; instead they are copied with the arrays, after the same event, into
+  // staging after the file's bytes, and the writer decodes them into the manifest once the copy
+  // has completed. The optimizer's next step waits for that copy like for the arrays'.
+  into.counters_at = (total + 7) / 8 * 8;
+  into.steps_copied = optimizer_ != nullptr;
+  into.scaler_copied = scaler_ != nullptr;
+  const std::uint64_t counter_bytes = (into.steps_copied ? sizeof(std::int64_t) : 0) +
+                                      (into.scaler_copied ? scaler_->state_view().bytes() : 0);
+  into.reserve(into.counters_at + counter_bytes);
   into.size = total;
   // The copy runs on the side stream after the work already on the compute stream (Note
   // [Checkpoint copy]); the user blob is the caller's and is copied now.
@@ -198,6 +203,15 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
     }
     at += (range.end - range.begin) * element;
   }
+  std::vector<TensorView> counters;  // in the order decode_counters() reads them
+  if (into.steps_copied) counters.push_back(optimizer_->steps_taken_view());
+  if (into.scaler_copied) counters.push_back(scaler_->state_view());
+  std::uint64_t counter_at = into.counters_at;
+  for (const TensorView& counter : counters) {
+    detail::copy_to_host_async(into.bytes() + counter_at, counter.data(), counter.bytes(),
+                               *into.side);
+    counter_at += counter.bytes();
+  }
   into.copied->record(*into.side);
   if (blob && !state.user_blob.empty()) {
     std::memcpy(into.bytes() + at, state.user_blob.data(), state.user_blob.size());
@@ -211,7 +225,21 @@ void Checkpointer::Snapshot::reserve(std::uint64_t bytes) {
   }
 }
 
+void Checkpointer::Snapshot::decode_counters() {
+  const unsigned char* at = bytes() + counters_at;
+  if (steps_copied) {
+    std::memcpy(&manifest.optimizer_steps, at, sizeof(std::int64_t));
+    at += sizeof(std::int64_t);
+  }
+  if (scaler_copied) {
+    const LossScalerSnapshot scaler = LossScaler::decode(at);
+    manifest.loss_scaler = ManifestLossScaler{scaler.scale, scaler.growth_tracker,
+                                              scaler.skipped_steps, scaler.last_step_skipped};
+  }
+}
+
 void Checkpointer::write_and_publish(Snapshot& snapshot) {
+  snapshot.decode_counters();  // the copy has completed (Note [Checkpoint counters])
   const std::string prefix = key_prefix() + "/save/" + std::to_string(snapshot.save_index);
   const std::string name = detail::checkpoint_name(snapshot.manifest.step);
   const std::filesystem::path incomplete = options_.directory / (".incomplete-" + name);

@@ -40,10 +40,18 @@ struct Checkpointer::Snapshot {
   int rank = 0;
   int world_size = 0;
   std::uint64_t shard_count = 0;  ///< the saving world's shard size n
+  /// Where the copies of the optimizer's step counter and the loss scaler's state lie in
+  /// `staging`, after the file's bytes (Note [Checkpoint counters]); whether each was copied.
+  std::uint64_t counters_at = 0;
+  bool steps_copied = false;
+  bool scaler_copied = false;
 
   unsigned char* bytes() noexcept { return static_cast<unsigned char*>(staging.data()); }
   /// Makes `staging` hold at least `bytes` bytes (its contents are not kept).
   void reserve(std::uint64_t bytes);
+  /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`
+  /// has completed.
+  void decode_counters();
 };
 
 namespace detail {

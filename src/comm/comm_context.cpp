@@ -80,6 +80,14 @@ std::string store_node(const CommContext& context) {
 
 }  // namespace
 
+CommContext::CommContext(StoreGroup members) : group(std::move(members)) {
+  group.set_interrupt([this](std::string_view key) {
+    COHORT_CHECK(!aborted(), Error,
+                 "rank " + std::to_string(global_rank(rank())) + ": " + describe() +
+                     " was aborted while waiting at '" + std::string(key) + "': " + abort_reason());
+  });
+}
+
 std::string CommContext::describe() const {
   return "communicator '" + name + "' (rank " + std::to_string(rank()) + " of " +
          std::to_string(size()) + ", global rank " + std::to_string(global_rank(rank())) + ")";

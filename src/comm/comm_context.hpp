@@ -26,8 +26,9 @@ class Watchdog;
 class CommContext {
  public:
   /// The members, their store scope (keys under this communicator's id) and the deadline are
-  /// `group`'s; every store exchange between the members goes through it.
-  explicit CommContext(StoreGroup members) : group(std::move(members)) {}
+  /// `group`'s; every store exchange between the members goes through it, and ends when the
+  /// communicator is aborted.
+  explicit CommContext(StoreGroup members);
 
   StoreGroup group;
   int rank() const noexcept { return group.rank(); }

@@ -21,15 +21,15 @@ namespace {
 //   A member that destroys the communicator at once (one whose only use of a split is to leave
 //   it, or one that fails) closes a connection its peer is still completing; the peer fails in
 //   its connect ("Connection closed by peer") and the peers still waiting for it wait in vain.
-//   So creation ends with a handshake through the store: each member says it has connected all
-//   of its pairs and waits until every member has, so no member tears a mesh down while another
-//   still connects to it.
+//   So creation ends with a handshake through the store (a barrier of the communicator's
+//   StoreGroup): each member says it has connected all of its pairs and waits until every member
+//   has, so no member tears a mesh down while another still connects to it.
 // - Gloo waits five times the pair timeout for a connection, and nothing short of closing the
 //   pair ends that wait. The pairs get a fifth of the deadline, so one wait ends by the deadline;
 //   the connect is registered with the watchdog and closes its pairs when aborted (a failure on
-//   another rank); between pairs and during the handshake the deadline and aborts are checked,
-//   and the error names the member that was not there.
-constexpr auto kPollInterval = std::chrono::milliseconds(200);
+//   another rank); between pairs the deadline and aborts are checked. The store exchanges are the
+//   StoreGroup's, which CommContext makes end on an abort, and whose timeout names the members
+//   that were not there.
 
 /// A Gloo context whose pairs are connected by `connect_gloo_mesh`.
 class MeshContext final : public gloo::Context {
@@ -49,11 +49,6 @@ class Connecting {
   explicit Connecting(CommContext& context)
       : context_(context), deadline_(Clock::now() + context.timeout()) {}
 
-  std::chrono::milliseconds remaining() const {
-    return std::max(std::chrono::milliseconds(1),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
-  }
-
   /// Throws if the communicator was aborted or the deadline passed; `waiting_for` says for what.
   void check(const std::string& waiting_for) const {
     COHORT_CHECK(!context_.aborted(), Error,
@@ -63,28 +58,6 @@ class Connecting {
                  who() + ": connecting " + context_.describe() + " timed out after " +
                      std::to_string(context_.timeout().count()) + " ms waiting for " + waiting_for +
                      ". Check that every member reached the same point and can reach this host.");
-  }
-
-  /// Waits for `keys`, checking aborts and the deadline every poll; key i is `what` of the global
-  /// rank `members[i]`.
-  void wait(const std::vector<std::string>& keys, const std::vector<int>& members,
-            const std::string& what) const {
-    while (true) {
-      try {
-        context_.store()->wait(keys, std::min(remaining(), std::chrono::milliseconds(kPollInterval)));
-        return;
-      } catch (const TimeoutError&) {
-        std::string missing;
-        int count = 0;
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          if (!context_.store()->check({keys[i]})) {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(members[i]);
-            ++count;
-          }
-        }
-        check(what + (count == 1 ? " of rank " : " of ranks ") + missing);
-      }
-    }
   }
 
   std::string who() const { return "rank " + std::to_string(context_.global_rank(context_.rank())); }
@@ -123,16 +96,14 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
       addresses.append(bytes.data(), bytes.size());
     }
   }
-  context.store()->set("gloo/address/" + std::to_string(context.rank()), addresses);
+  const std::vector<std::string> published = context.group.all_gather("gloo/address", addresses);
 
   for (int peer = 0; peer < context.size(); ++peer) {
     if (peer == context.rank()) {
       continue;
     }
     const std::string member = "rank " + std::to_string(context.global_rank(peer));
-    const std::string key = "gloo/address/" + std::to_string(peer);
-    connecting.wait({key}, {context.global_rank(peer)}, "the Gloo addresses");
-    const std::string theirs = context.store()->get(key, connecting.remaining());
+    const std::string& theirs = published[static_cast<std::size_t>(peer)];
     COHORT_CHECK(theirs.size() == entry * static_cast<std::size_t>(context.size() - 1), Error,
                  connecting.who() + ": " + member + " published " + std::to_string(theirs.size()) +
                      " bytes of Gloo addresses for " + context.describe() + ", expected " +
@@ -153,15 +124,7 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
   }
   connecting.check("the connections");  // an abort closes pairs, which then look connected
 
-  // The handshake: see the Note.
-  context.store()->set("gloo/connected/" + std::to_string(context.rank()), "1");
-  std::vector<std::string> keys;
-  std::vector<int> members;
-  for (int member = 0; member < context.size(); ++member) {
-    keys.push_back("gloo/connected/" + std::to_string(member));
-    members.push_back(context.global_rank(member));
-  }
-  connecting.wait(keys, members, "the connections");
+  context.group.barrier("gloo/connected");  // the handshake: see the Note
   mesh->adopt(device, std::move(transport));
   return mesh;
 }

@@ -1,4 +1,5 @@
 #include "comm_context.hpp"
+#include "failure_aware_store.hpp"
 #include "gloo_communicator.hpp"
 #include "topology.hpp"
 #include "host_select.hpp"
@@ -249,7 +250,10 @@ World init(WorldOptions options) {
   // A generation per init, so that a store reused for a second world never mixes their keys.
   const std::int64_t generation = base->add("cohort/generation/" + std::to_string(launch.rank), 1);
   const std::string scope = "cohort/world" + std::to_string(generation);
-  impl->store = std::make_shared<PrefixStore>(scope, base);
+  // Waits in the world's store end once another rank publishes a failure
+  // (Note [Waits that see another rank's failure]).
+  impl->store = std::make_shared<detail::FailureAwareStore>(
+      std::make_shared<PrefixStore>(scope, base), launch.rank);
   std::shared_ptr<Store> monitor_store =
       std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
 

@@ -1,5 +1,6 @@
 #include <cohort/launch/file_store.hpp>
 
+#include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
 
 #include "store_detail.hpp"
@@ -146,7 +147,7 @@ class FolderLock {
     fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (!fd_.valid()) fail_system("opening the lock file", path, errno);
     const auto deadline = detail::deadline_after(timeout);
-    detail::Backoff backoff(kLockPollInitial, kLockPollCap);
+    Backoff backoff(kLockPollInitial, kLockPollCap);
     for (;;) {
       struct flock request {};
       request.l_type = F_WRLCK;
@@ -218,7 +219,7 @@ void FileStore::set(std::string_view key, std::string_view value) {
 std::string FileStore::get(std::string_view key, Milliseconds timeout) {
   const auto path = key_path(folder_, key);
   const auto deadline = detail::deadline_after(timeout);
-  detail::Backoff backoff(kPollInitial, kPollCap);
+  Backoff backoff(kPollInitial, kPollCap);
   for (;;) {
     if (auto value = read_file(path)) return *std::move(value);
     if (Clock::now() >= deadline) {
@@ -232,7 +233,7 @@ void FileStore::wait(const std::vector<std::string>& keys, Milliseconds timeout)
   std::vector<std::pair<std::string, std::filesystem::path>> missing;
   for (const auto& key : keys) missing.emplace_back(key, key_path(folder_, key));
   const auto deadline = detail::deadline_after(timeout);
-  detail::Backoff backoff(kPollInitial, kPollCap);
+  Backoff backoff(kPollInitial, kPollCap);
   for (;;) {
     std::erase_if(missing, [](const auto& entry) { return file_exists(entry.second); });
     if (missing.empty()) return;

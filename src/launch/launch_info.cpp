@@ -193,8 +193,9 @@ std::optional<Reading> read_cohortrun(const Environment& env) {
 std::optional<Reading> read_torchrun(const Environment& env) {
   auto reading = read_mpi_style(env, kTorchrun);
   if (!reading) return reading;
-  // torchrun gives the node (group) rank but not the node count.
+  // The node is torchrun's agent group: one agent per node.
   reading->node_rank = env.integer("GROUP_RANK");
+  reading->num_nodes = env.integer("GROUP_WORLD_SIZE");
   if (auto id = env.text("TORCHELASTIC_RUN_ID"); id && *id != "none") {
     reading->run_id = sanitize_run_id(*id);
   }
@@ -433,6 +434,12 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
 
   info.master_port = read_port(env);
   info.store_is_external = env::boolean(lookup, env::kStoreExternal);
+  // torchrun writes "True"; read as a switch so that any spelling of true counts.
+  info.torch_agent_store = info.launcher == Launcher::torchrun &&
+                           env::boolean(lookup, "TORCHELASTIC_USE_AGENT_STORE");
+  if (auto restarts = env.first_integer({env::kRestartCount, "TORCHELASTIC_RESTART_COUNT"})) {
+    info.restart_count = restarts->value;
+  }
   const bool several_nodes = info.num_nodes > 1 || info.local_world_size < info.world_size;
   if (auto address = env.first_text({env::kMasterAddr, "MASTER_ADDR"})) {
     info.master_addr = *address;

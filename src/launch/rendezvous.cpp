@@ -6,6 +6,7 @@
 #include <cohort/launch/file_store.hpp>
 #include <cohort/launch/memory_store.hpp>
 #include <cohort/launch/tcp_store.hpp>
+#include <cohort/launch/torch_store.hpp>
 
 #include <string>
 #include <string_view>
@@ -30,6 +31,16 @@ std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& look
   return std::make_shared<TcpStore>(std::move(options));
 }
 
+/// torchrun's agent store, scoped to this attempt: it lives as long as torchrun, across restarts,
+/// so an earlier attempt's keys are still there (Note [torchrun's agent store] in design.md).
+std::shared_ptr<Store> connect_torch(const LaunchInfo& info, Milliseconds timeout) {
+  COHORT_LOG(debug) << "using torchrun's store at " << info.master_addr << ":"
+                    << info.master_port;
+  return std::make_shared<PrefixStore>(
+      "cohort/attempt" + std::to_string(info.restart_count),
+      std::make_shared<TorchStore>(info.master_addr, info.master_port, timeout));
+}
+
 }  // namespace
 
 std::shared_ptr<Store> connect_store(const LaunchInfo& info, Milliseconds timeout) {
@@ -43,9 +54,11 @@ std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& lo
     if (info.world_size == 1 && info.launcher == Launcher::none) {
       return std::make_shared<MemoryStore>(timeout);
     }
+    if (info.torch_agent_store) return connect_torch(info, timeout);
     return connect_tcp(info, lookup, timeout);
   }
   if (choice == "tcp") return connect_tcp(info, lookup, timeout);
+  if (choice == "torch") return connect_torch(info, timeout);
   if (choice.starts_with(kFilePrefix)) {
     const std::string folder = choice.substr(kFilePrefix.size());
     COHORT_EXPECTS(!folder.empty(),
@@ -61,6 +74,7 @@ std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& lo
   }
   COHORT_FAIL(InvalidArgument, "COHORT_STORE='" + choice +
                                    "' is not a store; set COHORT_STORE to tcp (the default), "
+                                   "torch (PyTorch's TCPStore at the master address), "
                                    "file:<folder> or memory (a single process)");
 }
 

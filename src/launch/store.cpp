@@ -101,14 +101,6 @@ std::optional<std::int64_t> apply_add(std::string_view key, const std::string* c
 
 std::string system_error_text(int errnum) { return std::system_category().message(errnum); }
 
-void Backoff::sleep(Clock::time_point deadline) {
-  const auto now = Clock::now();
-  if (now >= deadline) return;
-  const auto until = deadline - now < next_ ? deadline : now + next_;
-  std::this_thread::sleep_until(until);
-  next_ = std::min(next_ * 2, cap_);
-}
-
 void UniqueFd::reset(int fd) noexcept {
   // close() may fail with EINTR, but the descriptor is released anyway on Linux: never retry.
   if (fd_ >= 0) ::close(fd_);

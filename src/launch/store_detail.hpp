@@ -45,20 +45,6 @@ std::optional<std::int64_t> apply_add(std::string_view key, const std::string* c
 /// The system's text for `errnum` (thread-safe, unlike strerror).
 std::string system_error_text(int errnum);
 
-/// Sleeps for a growing interval (doubling from `initial` up to `cap`), never past a deadline.
-/// Polling loops use it so that a quick answer is seen quickly and a slow one costs little.
-class Backoff {
- public:
-  Backoff(Clock::duration initial, Clock::duration cap) noexcept : next_(initial), cap_(cap) {}
-
-  /// Sleeps for the next interval or until `deadline`, whichever comes first.
-  void sleep(Clock::time_point deadline);
-
- private:
-  Clock::duration next_;
-  Clock::duration cap_;
-};
-
 /// An owned file descriptor, closed on destruction.
 class UniqueFd {
  public:

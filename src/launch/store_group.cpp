@@ -3,6 +3,7 @@
 #include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 
+#include <algorithm>
 #include <utility>
 
 namespace cohort {
@@ -47,34 +48,55 @@ std::vector<std::string> StoreGroup::all_gather(std::string_view key, std::strin
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(size_));
   for (int member = 0; member < size_; ++member) keys.push_back(key_of(round, member));
-  try {
-    store_->wait(keys, timeout_);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    int count = 0;
-    for (int member = 0; member < size_; ++member) {
-      bool arrived = false;
-      try {
-        arrived = store_->check({keys[static_cast<std::size_t>(member)]});
-      } catch (const Error&) {
-      }
-      if (!arrived) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(global_rank(member));
-        ++count;
-      }
-    }
-    COHORT_FAIL(TimeoutError,
-                "rank " + std::to_string(global_rank(rank_)) + ", " + what_ + " at '" +
-                    std::string(key) + "': " + (count == 1 ? "rank " : "ranks ") + missing +
-                    " never arrived after " + env::describe_duration(timeout_) + " (through " +
-                    store_->describe() +
-                    "). Check that they started, reached the same point, and use the same store "
-                    "(MASTER_ADDR, MASTER_PORT, " + std::string(env::kStore) + ").");
-  }
+  wait_for_members(key, keys);
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (const std::string& k : keys) values.push_back(store_->get(k, timeout_));
   return values;
+}
+
+void StoreGroup::set_interrupt(std::function<void(std::string_view key)> check,
+                               std::chrono::milliseconds every) {
+  COHORT_EXPECTS(every.count() > 0, "a StoreGroup's interrupt interval must be positive");
+  interrupt_ = std::move(check);
+  interrupt_every_ = every;
+}
+
+void StoreGroup::wait_for_members(std::string_view key, const std::vector<std::string>& keys) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    if (interrupt_) interrupt_(key);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto slice = interrupt_ ? std::min(left, interrupt_every_) : left;
+    try {
+      store_->wait(keys, std::max(slice, std::chrono::milliseconds(1)));
+      return;
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) break;
+    }
+  }
+  std::string missing;
+  int count = 0;
+  for (int member = 0; member < size_; ++member) {
+    bool arrived = false;
+    try {
+      arrived = store_->check({keys[static_cast<std::size_t>(member)]});
+    } catch (const Error&) {
+    }
+    if (!arrived) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(global_rank(member));
+      ++count;
+    }
+  }
+  COHORT_FAIL(TimeoutError,
+              "rank " + std::to_string(global_rank(rank_)) + ", " + what_ + " at '" +
+                  std::string(key) + "': " + (count == 1 ? "rank " : "ranks ") + missing +
+                  " never arrived after " + env::describe_duration(timeout_) + " (through " +
+                  store_->describe() +
+                  "). Check that they started, reached the same point, and use the same store "
+                  "(MASTER_ADDR, MASTER_PORT, " + std::string(env::kStore) + ").");
 }
 
 void StoreGroup::barrier(std::string_view name) { all_gather(name, "1"); }

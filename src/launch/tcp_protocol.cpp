@@ -422,4 +422,40 @@ int poll_timeout_ms(Clock::time_point deadline) noexcept {
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
+std::string send_all(int fd, std::string_view bytes, Clock::time_point deadline,
+                     const std::string& too_slow) {
+  while (!bytes.empty()) {
+    const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent >= 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(sent));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd, POLLOUT, deadline)) return too_slow;
+    } else if (errno != EINTR) {
+      return errno == EPIPE || errno == ECONNRESET
+                 ? "connection closed by the server"
+                 : "sending to the server failed: " + system_error_text(errno);
+    }
+  }
+  return {};
+}
+
+std::string receive_exact(int fd, char* out, std::size_t size, Clock::time_point deadline,
+                          const std::string& too_slow) {
+  while (size > 0) {
+    const ssize_t got = ::recv(fd, out, size, 0);
+    if (got > 0) {
+      out += got;
+      size -= static_cast<std::size_t>(got);
+    } else if (got == 0) {
+      return "connection closed by the server";
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd, POLLIN, deadline)) return too_slow;
+    } else if (errno != EINTR) {
+      return errno == ECONNRESET ? "connection reset by the server"
+                                 : "receiving from the server failed: " + system_error_text(errno);
+    }
+  }
+  return {};
+}
+
 }  // namespace cohort::detail::tcp

@@ -149,6 +149,14 @@ UniqueFd listen_on(const std::string& host, int port);
 /// Returns true on error conditions too, so the next read or write reports them.
 bool wait_for(int fd, short events, Clock::time_point deadline);
 
+/// Sends all of `bytes` on the non-blocking socket `fd`. Returns an empty string, or what went
+/// wrong ("connection closed by the server", the system's reason, `too_slow` past `deadline`).
+std::string send_all(int fd, std::string_view bytes, Clock::time_point deadline,
+                     const std::string& too_slow);
+/// Receives exactly `size` bytes into `out`; returns as `send_all`.
+std::string receive_exact(int fd, char* out, std::size_t size, Clock::time_point deadline,
+                          const std::string& too_slow);
+
 /// Milliseconds from now to `deadline` for poll(): rounded up, clamped to [0, INT_MAX]; -1 for
 /// a deadline at the clock's maximum.
 int poll_timeout_ms(Clock::time_point deadline) noexcept;

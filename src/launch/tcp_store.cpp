@@ -1,6 +1,7 @@
 #include <cohort/launch/tcp_store.hpp>
 
 #include <cohort/core/env.hpp>
+#include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
@@ -70,35 +71,9 @@ std::string TcpStore::Impl::exchange(std::string_view request, Clock::time_point
   const int fd = socket.get();
   const std::string too_slow =
       "no reply from the server within " + std::to_string(budget.count()) + " ms";
-  while (!request.empty()) {
-    const ssize_t sent = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    if (sent >= 0) {
-      request.remove_prefix(static_cast<std::size_t>(sent));
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!tcp::wait_for(fd, POLLOUT, deadline)) return too_slow;
-    } else if (errno != EINTR) {
-      return errno == EPIPE || errno == ECONNRESET
-                 ? "connection closed by the server"
-                 : "sending to the server failed: " + detail::system_error_text(errno);
-    }
-  }
-  const auto receive = [&](char* out, std::size_t size) -> std::string {
-    while (size > 0) {
-      const ssize_t got = ::recv(fd, out, size, 0);
-      if (got > 0) {
-        out += got;
-        size -= static_cast<std::size_t>(got);
-      } else if (got == 0) {
-        return "connection closed by the server";
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!tcp::wait_for(fd, POLLIN, deadline)) return too_slow;
-      } else if (errno != EINTR) {
-        return errno == ECONNRESET
-                   ? "connection reset by the server"
-                   : "receiving from the server failed: " + detail::system_error_text(errno);
-      }
-    }
-    return {};
+  if (auto error = tcp::send_all(fd, request, deadline, too_slow); !error.empty()) return error;
+  const auto receive = [&](char* out, std::size_t size) {
+    return tcp::receive_exact(fd, out, size, deadline, too_slow);
   };
   char prefix[tcp::kLengthBytes];
   if (auto error = receive(prefix, sizeof(prefix)); !error.empty()) return error;
@@ -170,7 +145,7 @@ void TcpStore::Impl::connect() {
   const auto started = Clock::now();
   const auto deadline = detail::deadline_after(options.connect_timeout);
   auto next_progress = started + kProgressEvery;
-  detail::Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
+  Backoff backoff(std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::string error = "no attempt finished";
   tcp::Request hello;
   hello.opcode = tcp::Opcode::hello;

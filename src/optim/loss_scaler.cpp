@@ -5,6 +5,7 @@
 #include <cohort/optim/loss_scaler.hpp>
 
 #include <cmath>
+#include <cstring>
 
 namespace cohort {
 
@@ -37,6 +38,16 @@ TensorView LossScaler::scale_view() const {
 LossScalerSnapshot LossScaler::read(const Stream& stream) const {
   kernels::LossScalerState values;
   detail::read_after(&values, state_.data(), sizeof(values), stream);
+  return decode(&values);
+}
+
+TensorView LossScaler::state_view() const {
+  return TensorView(state(), sizeof(kernels::LossScalerState), DType::u8, device_);
+}
+
+LossScalerSnapshot LossScaler::decode(const void* state_copy) {
+  kernels::LossScalerState values;
+  std::memcpy(&values, state_copy, sizeof(values));
   return LossScalerSnapshot{values.scale, values.growth_tracker, values.skipped_steps,
                             values.last_found_inf != 0};
 }

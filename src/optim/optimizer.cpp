@@ -256,6 +256,12 @@ std::int64_t OptimizerImpl::steps_taken() const {
   return values.step;
 }
 
+TensorView OptimizerImpl::steps_taken_view() const {
+  auto* step = static_cast<std::byte*>(const_cast<void*>(scalars_.data())) +
+               offsetof(kernels::StepScalars, step);
+  return TensorView(step, 1, DType::i64, target_.stream.device());
+}
+
 void OptimizerImpl::restore_steps_taken(std::int64_t steps) {
   COHORT_EXPECTS(steps >= 0, "steps taken cannot be negative: " + std::to_string(steps));
   kernels::StepScalars values;
@@ -300,6 +306,7 @@ GradNorm Optimizer::clip_grad_norm(float max_norm) {
 float Optimizer::learning_rate() const noexcept { return impl_->lr(); }
 void Optimizer::set_learning_rate(float lr) { impl_->set_lr(lr); }
 std::int64_t Optimizer::steps_taken() const { return impl_->steps_taken(); }
+TensorView Optimizer::steps_taken_view() const { return impl_->steps_taken_view(); }
 void Optimizer::restore_steps_taken(std::int64_t steps) { impl_->restore_steps_taken(steps); }
 const char* Optimizer::rule_name() const noexcept {
   return impl_->config().hyper.rule == kernels::UpdateRule::adamw ? "adamw" : "sgd";

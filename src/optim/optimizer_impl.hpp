@@ -36,6 +36,7 @@ class OptimizerImpl {
   void request_clip(float max_norm);
   float read_grad_norm() const;
   std::int64_t steps_taken() const;
+  TensorView steps_taken_view() const;
   void restore_steps_taken(std::int64_t steps);
   const OptimizerConfig& config() const noexcept { return config_; }
   std::vector<OptimizerStateView> state() const;

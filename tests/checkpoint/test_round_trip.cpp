@@ -5,12 +5,16 @@
 #include "checkpoint/checkpoint_test_model.hpp"
 
 #include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/optim/sgd.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 namespace {
@@ -226,6 +230,49 @@ TEST(AsyncSave, ASecondRequestWaitsForTheFirstAndKeepLastPrunes) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000000000004", "step-000000000005"}));
+}
+
+// Note [Checkpoint counters]: save_async copies the optimizer's step counter and the loss
+// scaler's state in stream order instead of reading them, so it returns while the compute stream
+// is still busy, and the checkpoint still holds their values at that point of the stream.
+TEST(AsyncSave, ReturnsWhileTheComputeStreamIsBusy) {
+  TemporaryFolder folder;
+  cohort::run_local(1, [&](cohort::World& world) {
+    cohort::ParamRegistry registry;
+    const cohort::ParamHandle w = registry.add("w", {300});
+    cohort::DataParallel dp(world, registry, {.host_compute = cohort::HostExecution::worker});
+    cohort::Sgd sgd(cohort::target_of(dp), {.lr = 0.1f});
+    cohort::LossScaler scaler(world.device(), {.initial_scale = 4.0f, .growth_interval = 1});
+    sgd.set_loss_scaler(&scaler);
+    cohort::Checkpointer saver(dp, &sgd, {.directory = folder.path()}, &scaler);
+    for (int step = 0; step < 3; ++step) {
+      dp.grad_ready(w);
+      dp.sync_grads();  // zero gradients: finite, so each step counts and the scale grows
+      sgd.step();
+    }
+    // The compute stream is held until the save has returned, or for 10 s at most (a save that
+    // waits for the stream then takes that long instead of hanging).
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    dp.compute_stream().enqueue(
+        [released] { (void)released.wait_for(std::chrono::seconds(10)); });
+    const auto start = std::chrono::steady_clock::now();
+    saver.save_async({7, 0, 0, ""});
+    const auto took = std::chrono::steady_clock::now() - start;
+    release.set_value();
+    saver.wait();
+    EXPECT_LT(took, std::chrono::seconds(5)) << "save_async waited for the compute stream";
+
+    cohort::Sgd resumed(cohort::target_of(dp), {.lr = 0.1f});
+    cohort::LossScaler resumed_scaler(world.device(), {.initial_scale = 4.0f});
+    resumed.set_loss_scaler(&resumed_scaler);
+    cohort::Checkpointer loader(dp, &resumed, {.directory = folder.path()}, &resumed_scaler);
+    const std::optional<cohort::TrainingState> loaded = loader.load();
+    ASSERT_TRUE(loaded.has_value());
+    EXPECT_EQ(loaded->step, 7);
+    EXPECT_EQ(resumed.steps_taken(), 3);
+    EXPECT_EQ(resumed_scaler.read(dp.compute_stream()).scale, 32.0f);  // 4 x 2^3
+  });
 }
 
 }  // namespace

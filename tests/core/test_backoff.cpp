@@ -21,4 +21,18 @@ TEST(Backoff, ACapBelowTheFirstPauseKeepsTheFirst) {
   EXPECT_EQ(backoff.next(), microseconds(30));
 }
 
+TEST(Backoff, SleepNeverPassesTheDeadline) {
+  using Clock = std::chrono::steady_clock;
+  cohort::Backoff backoff(std::chrono::seconds(10), std::chrono::seconds(10));
+  const auto start = Clock::now();
+  backoff.sleep(start + std::chrono::milliseconds(20));
+  const auto slept = Clock::now() - start;
+  EXPECT_GE(slept, std::chrono::milliseconds(20));
+  EXPECT_LT(slept, std::chrono::seconds(5));  // not the 10 s pause
+  // Past the deadline it returns at once.
+  const auto late = Clock::now();
+  backoff.sleep(late - std::chrono::milliseconds(1));
+  EXPECT_LT(Clock::now() - late, std::chrono::seconds(1));
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cohort/launch/launch_info.hpp>
 #include <cohort/launch/rendezvous.hpp>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -11,7 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,6 +76,7 @@ const Env kTorchrunEnv{{"RANK", "3"},
                        {"LOCAL_RANK", "3"},
                        {"LOCAL_WORLD_SIZE", "4"},
                        {"GROUP_RANK", "0"},
+                       {"GROUP_WORLD_SIZE", "2"},
                        {"MASTER_ADDR", "10.0.0.2"},
                        {"MASTER_PORT", "29501"},
                        {"TORCHELASTIC_RUN_ID", "job7"}};
@@ -209,7 +214,7 @@ TEST(LaunchInfo, SaysWhichTopologyTheLauncherGave) {
   const LaunchInfo torchrun = read(kTorchrunEnv);
   EXPECT_EQ(torchrun.given.local_rank, "LOCAL_RANK");
   EXPECT_EQ(torchrun.given.node_rank, "GROUP_RANK");
-  EXPECT_EQ(torchrun.given.num_nodes, "");
+  EXPECT_EQ(torchrun.given.num_nodes, "GROUP_WORLD_SIZE");
   const LaunchInfo open_mpi = read(kOpenMpiEnv);
   EXPECT_EQ(open_mpi.given.local_rank, "OMPI_COMM_WORLD_LOCAL_RANK");
   EXPECT_EQ(open_mpi.given.node_rank, "");
@@ -217,6 +222,40 @@ TEST(LaunchInfo, SaysWhichTopologyTheLauncherGave) {
   EXPECT_EQ(slurm.given.node_rank, "SLURM_NODEID");
   EXPECT_EQ(slurm.given.num_nodes, "SLURM_NNODES");
   EXPECT_EQ(read({}).given.local_rank, "");
+}
+
+TEST(LaunchInfo, TorchrunsAgentStoreAndRestartCount) {
+  const LaunchInfo plain = read(kTorchrunEnv);
+  EXPECT_FALSE(plain.torch_agent_store);
+  EXPECT_EQ(plain.restart_count, 0);
+  Env agent = with(with(kTorchrunEnv, "TORCHELASTIC_USE_AGENT_STORE", "True"),
+                   "TORCHELASTIC_RESTART_COUNT", "2");
+  const LaunchInfo restarted = read(agent);
+  EXPECT_TRUE(restarted.torch_agent_store);
+  EXPECT_EQ(restarted.restart_count, 2);
+  // Only torchrun's own ranks use its store; cohortrun's count comes first.
+  EXPECT_FALSE(read(merged({kCohortrunEnv, agent})).torch_agent_store);
+  EXPECT_EQ(read(with(merged({kCohortrunEnv, agent}), "COHORT_RESTART_COUNT", "5")).restart_count,
+            5);
+  EXPECT_THROW(read(with(agent, "TORCHELASTIC_USE_AGENT_STORE", "maybe")), cohort::InvalidArgument);
+}
+
+TEST(LaunchInfo, RecordFailureWritesTorchrunsErrorFile) {
+  const std::string path = ::testing::TempDir() + "cohort_error_file.json";
+  std::remove(path.c_str());
+  record_failure("never written", lookup({}));
+  record_failure("rank 1: \"bad\"\nsecond line", lookup({{"TORCHELASTIC_ERROR_FILE", path}}));
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  const std::string text = contents.str();
+  EXPECT_THAT(text, ::testing::StartsWith(
+                        "{\"message\": \"rank 1: \\\"bad\\\"\\nsecond line\", \"timestamp\": "));
+  EXPECT_THAT(text, ::testing::EndsWith("}\n"));
+  const long long stamp = std::stoll(text.substr(text.rfind(' ') + 1));
+  EXPECT_GT(stamp, 1'700'000'000);  // seconds since 1970, not milliseconds or zero
+  EXPECT_LT(stamp, 100'000'000'000);
+  std::remove(path.c_str());
 }
 
 TEST(LaunchInfo, SingleProcessRunIdIsFreshEachTime) {

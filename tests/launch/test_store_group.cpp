@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -105,6 +106,45 @@ TEST(StoreGroup, TimeoutNamesTheWorldRanksThatNeverArrived) {
     EXPECT_THAT(message, HasSubstr("ranks 12, 13 never arrived after 300 ms"));
     EXPECT_THAT(message, HasSubstr("communicator 'x' at 'join'"));
   }
+}
+
+TEST(StoreGroup, AnInterruptEndsTheWaitAndATimeoutStillNamesTheMissing) {
+  auto store = std::make_shared<MemoryStore>();
+  std::atomic<bool> aborted{false};
+  StoreGroup group(store, 0, 2, 10s);
+  group.set_interrupt(
+      [&](std::string_view key) {
+        if (aborted) throw Error("aborted at " + std::string(key));
+      },
+      20ms);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(100ms);
+    aborted = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    group.barrier("join");
+    ADD_FAILURE() << "the barrier ended without member 1";
+  } catch (const TimeoutError& error) {
+    ADD_FAILURE() << "timed out instead of being interrupted: " << error.what();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("aborted at join"));
+  }
+  aborter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // not the 10 s deadline
+
+  // An interrupt that never fires changes nothing: members that come are seen, and the timeout
+  // is the group's, naming who never came.
+  StoreGroup patient(store, 0, 2, 300ms);
+  patient.set_interrupt([](std::string_view) {}, 20ms);
+  std::thread other([&] {
+    StoreGroup member(store, 1, 2, 10s);
+    member.barrier("second");
+  });
+  EXPECT_NO_THROW(patient.barrier("second"));
+  other.join();
+  EXPECT_THAT([&] { patient.barrier("third"); },
+              ::testing::ThrowsMessage<TimeoutError>(HasSubstr("rank 1 never arrived after")));
 }
 
 TEST(StoreGroup, RefusesABadShape) {

@@ -25,6 +25,15 @@ class Backoff {
   /// Sleeps for `next()`.
   void sleep() { std::this_thread::sleep_for(next()); }
 
+  /// Sleeps for `next()` or until `deadline`, whichever comes first (not at all once it passed),
+  /// so a loop polling until a deadline never oversleeps it.
+  void sleep(std::chrono::steady_clock::time_point deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return;
+    const auto pause = next();
+    std::this_thread::sleep_until(deadline - now < pause ? deadline : now + pause);
+  }
+
  private:
   std::chrono::microseconds pause_;
   std::chrono::microseconds cap_;

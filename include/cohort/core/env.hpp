@@ -53,8 +53,9 @@ inline constexpr std::string_view kHostTransport = "COHORT_HOST_TRANSPORT";
 
 // ---- The rendezvous store ---------------------------------------------------------------------
 
-/// Which store the ranks meet through: `tcp` (default), `file:<folder>` or `memory` (one
-/// process).
+/// Which store the ranks meet through: `tcp` (default), `torch` (a client of PyTorch's TCPStore
+/// at the master address; the default under torchrun's agent store), `file:<folder>` or `memory`
+/// (one process).
 inline constexpr std::string_view kStore = "COHORT_STORE";
 /// Token a client of cohort's TCP store presents and its server requires (default none).
 inline constexpr std::string_view kStoreToken = "COHORT_STORE_TOKEN";
@@ -81,7 +82,8 @@ inline constexpr std::string_view kMasterAddr = "COHORT_MASTER_ADDR";
 inline constexpr std::string_view kMasterPort = "COHORT_MASTER_PORT";
 /// Id shared by the ranks of one run and different between runs; overrides any launcher's.
 inline constexpr std::string_view kRunId = "COHORT_RUN_ID";
-/// How many times cohortrun has restarted the run (0 for the first attempt).
+/// How many times cohortrun has restarted the run (0 for the first attempt); torchrun's
+/// `TORCHELASTIC_RESTART_COUNT` when unset.
 inline constexpr std::string_view kRestartCount = "COHORT_RESTART_COUNT";
 
 // ---- Checkpoints ---------------------------------------------------------------------------------

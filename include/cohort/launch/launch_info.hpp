@@ -93,6 +93,13 @@ struct LaunchInfo {
   } given;
   /// True when a launcher (cohortrun) already hosts the TCP store: rank 0 must not start one.
   bool store_is_external = false;
+  /// True under torchrun's agent store (`TORCHELASTIC_USE_AGENT_STORE=True`): torchrun hosts a
+  /// PyTorch TCPStore at the master address, which the ranks use as it is (`TorchStore`).
+  bool torch_agent_store = false;
+  /// How many times the launcher restarted the run: `COHORT_RESTART_COUNT`, else
+  /// `TORCHELASTIC_RESTART_COUNT`; 0 for the first attempt. Keys of one attempt never meet
+  /// another's in a store that outlives it (torchrun's agent store does).
+  int restart_count = 0;
   Launcher launcher = Launcher::none;
 
   /// Reads the process environment.
@@ -106,6 +113,16 @@ struct LaunchInfo {
   /// One line, e.g. "rank 3 of 8 (local 3 of 4, node 0 of 2) via torchrun, store 10.0.0.1:29500".
   std::string describe() const;
 };
+
+/// Tells the launcher why this rank is failing, so that its summary names the root cause: under
+/// torchrun, writes `message` to `TORCHELASTIC_ERROR_FILE` as torchrun's JSON error record
+/// (`{"message": ..., "timestamp": <unix seconds>}`). Does nothing under other launchers; never
+/// throws (a rank that is failing must not fail differently here). Programs call it from the
+/// handler that ends them.
+void record_failure(std::string_view message) noexcept;
+
+/// The same over any environment (tests).
+void record_failure(std::string_view message, const EnvLookup& env) noexcept;
 
 /// The first host of a Slurm host list (`SLURM_JOB_NODELIST`), without expanding the rest:
 /// "gpu[007-009,012],cpu01" gives "gpu007" (zero padding kept), "a,b" gives "a".

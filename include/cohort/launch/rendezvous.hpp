@@ -13,7 +13,10 @@ namespace cohort {
 /// Opens the store for this rank, chosen by `COHORT_STORE`:
 ///
 /// - unset or empty: a `MemoryStore` for a single process started without a launcher (no port
-///   needed); otherwise as `tcp`.
+///   needed); under torchrun's agent store (`info.torch_agent_store`) as `torch`; otherwise as
+///   `tcp`.
+/// - `torch`: a `TorchStore` client of the PyTorch TCPStore at `info.master_addr:master_port`,
+///   keys under `cohort/attempt<info.restart_count>/`.
 /// - `tcp`: a `TcpStore` client of `info.master_addr:info.master_port`. Rank 0 starts the server
 ///   in its own process unless `info.store_is_external` (cohortrun already hosts it). The token is
 ///   `COHORT_STORE_TOKEN` when set.

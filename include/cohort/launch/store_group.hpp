@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,6 +47,12 @@ class StoreGroup {
   int global_rank(int member) const noexcept;
   const std::string& what() const noexcept { return what_; }
 
+  /// While a call waits for members, `check(key)` runs every `every`; whatever it throws ends
+  /// the wait (a communicator aborted by its watchdog: Note [Connecting a Gloo mesh]). Without
+  /// one a call waits for the members in one store wait.
+  void set_interrupt(std::function<void(std::string_view key)> check,
+                     std::chrono::milliseconds every = std::chrono::milliseconds(200));
+
   /// Publishes `value` and returns every member's, in member order.
   /// @throws TimeoutError "ranks X, Y never arrived after T" naming the world ranks that had not
   ///         published when the deadline passed.
@@ -66,7 +73,13 @@ class StoreGroup {
   std::chrono::milliseconds timeout_;
   std::vector<int> global_ranks_;
   std::string what_;
+  std::function<void(std::string_view)> interrupt_;
+  std::chrono::milliseconds interrupt_every_{0};
   std::map<std::string, std::uint64_t, std::less<>> rounds_;
+
+  /// Waits for `keys` (member m's is keys[m]) until the deadline, checking the interrupt.
+  /// @throws TimeoutError naming the members whose keys are missing.
+  void wait_for_members(std::string_view key, const std::vector<std::string>& keys);
 };
 
 }  // namespace cohort

@@ -63,6 +63,13 @@ class LossScaler {
   /// Waits for the work on `stream` (the optimizer's stream), then reads the state.
   LossScalerSnapshot read(const Stream& stream) const;
 
+  /// The whole state as bytes (u8, in the state's memory), for a copy on another stream after an
+  /// event on the optimizer's stream (a checkpoint's asynchronous save), where `read` would
+  /// block; the optimizer's next `step()` must wait for that copy (`Optimizer::write_after`).
+  TensorView state_view() const;
+  /// What a host copy of `state_view()` holds.
+  static LossScalerSnapshot decode(const void* state_copy);
+
   /// Sets the state, as a checkpoint restores it: waits for the work on `stream`, then writes.
   /// @throws InvalidArgument for a scale that is not positive and finite, or negative counts.
   void restore(const LossScalerSnapshot& snapshot, const Stream& stream);

@@ -108,6 +108,12 @@ class Optimizer {
   /// Steps taken so far (skipped steps excluded). Waits for the stream.
   std::int64_t steps_taken() const;
 
+  /// The steps-taken counter itself: one i64 in the optimizer's memory (device memory on a GPU),
+  /// written by `step()` in stream order. For a copy on another stream after an event on the
+  /// optimizer's stream (a checkpoint's asynchronous save), where `steps_taken()` would block;
+  /// the next `step()` must wait for that copy (`write_after`).
+  TensorView steps_taken_view() const;
+
   /// Sets the steps taken, as a checkpoint restores them: the schedule's position and AdamW's
   /// bias correction follow it. Waits for the stream, then writes.
   void restore_steps_taken(std::int64_t steps);

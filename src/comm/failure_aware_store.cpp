@@ -1,0 +1,88 @@
+#include "failure_aware_store.hpp"
+
+#include "../launch/store_detail.hpp"
+
+#include <cohort/core/error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace cohort::detail {
+namespace {
+
+// The world's failure key (Note [Watchdog]) and how often a blocked call looks at it.
+constexpr const char* kFailureKey = "failure";
+constexpr Milliseconds kSlice{200};
+
+/// Runs `attempt(slice)` until it returns or `timeout` passes, calling `between()` after each
+/// slice that timed out; the last slice's TimeoutError is replaced by one for the whole wait.
+template <typename Attempt, typename Between, typename Expire>
+auto in_slices(Milliseconds timeout, Attempt attempt, Between between, Expire expire) {
+  const auto deadline = deadline_after(timeout);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+    try {
+      return attempt(std::clamp(left, Milliseconds::zero(), kSlice));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) expire();
+    }
+    between();
+  }
+}
+
+}  // namespace
+
+FailureAwareStore::FailureAwareStore(std::shared_ptr<Store> base, int rank)
+    : base_(std::move(base)), rank_(rank) {
+  COHORT_EXPECTS(base_ != nullptr, "FailureAwareStore needs a base store");
+  set_timeout(base_->timeout());
+}
+
+void FailureAwareStore::throw_if_failed(const std::vector<std::string>& keys) {
+  if (!base_->check({kFailureKey})) return;
+  std::string waited_for;
+  for (const auto& key : keys) waited_for += (waited_for.empty() ? "" : ", ") + quote_bytes(key);
+  COHORT_FAIL(Error, "rank " + std::to_string(rank_) + " stopped waiting for " + waited_for +
+                         " in " + base_->describe() + ": another rank failed: " +
+                         base_->get(kFailureKey, kSlice));
+}
+
+std::string FailureAwareStore::get(std::string_view key, Milliseconds timeout) {
+  const std::vector<std::string> keys{std::string(key)};
+  return in_slices(
+      timeout, [&](Milliseconds slice) { return base_->get(key, slice); },
+      [&] { throw_if_failed(keys); },
+      [&] { COHORT_FAIL(TimeoutError, timeout_message(base_->describe(), keys, timeout)); });
+}
+
+void FailureAwareStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  in_slices(
+      timeout, [&](Milliseconds slice) { base_->wait(keys, slice); }, [&] { throw_if_failed(keys); },
+      [&] {
+        std::vector<std::string> missing;
+        for (const auto& key : keys) {
+          if (!base_->check({key})) missing.push_back(key);
+        }
+        COHORT_FAIL(TimeoutError, timeout_message(base_->describe(), missing, timeout));
+      });
+}
+
+void FailureAwareStore::set(std::string_view key, std::string_view value) { base_->set(key, value); }
+bool FailureAwareStore::check(const std::vector<std::string>& keys) { return base_->check(keys); }
+std::int64_t FailureAwareStore::add(std::string_view key, std::int64_t delta) {
+  return base_->add(key, delta);
+}
+std::string FailureAwareStore::compare_set(std::string_view key, std::string_view expected,
+                                           std::string_view desired) {
+  return base_->compare_set(key, expected, desired);
+}
+bool FailureAwareStore::remove(std::string_view key) { return base_->remove(key); }
+std::unique_ptr<Store> FailureAwareStore::clone() const {
+  auto copy = std::make_unique<FailureAwareStore>(std::shared_ptr<Store>(base_->clone()), rank_);
+  copy->set_timeout(timeout());
+  return copy;
+}
+std::string FailureAwareStore::describe() const { return base_->describe(); }
+
+}  // namespace cohort::detail

@@ -1,0 +1,45 @@
+#pragma once
+
+// Note [Waits that see another rank's failure]
+// A rank blocked in the world's store (a benchmark waiting for the others' results, a rendezvous
+// step) cannot see the failure another rank published under the world's "failure" key
+// (Note [Watchdog]): without help it waits for its whole deadline, minutes, after the run is
+// already lost. `FailureAwareStore` is the world's store: its blocking calls wait in slices and,
+// between slices, look at the failure key; once a failure is there they throw at once with that
+// rank's message. A key that is already set is returned at once, as before.
+
+#include <cohort/launch/store.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cohort::detail {
+
+class FailureAwareStore final : public Store {
+ public:
+  /// `base` is the world's scoped store; `rank` names this rank in messages.
+  FailureAwareStore(std::shared_ptr<Store> base, int rank);
+
+  void set(std::string_view key, std::string_view value) override;
+  std::string get(std::string_view key, Milliseconds timeout) override;
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  std::int64_t add(std::string_view key, std::int64_t delta) override;
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) override;
+  bool remove(std::string_view key) override;
+  std::unique_ptr<Store> clone() const override;
+  std::string describe() const override;
+  using Store::get;
+  using Store::wait;
+
+ private:
+  /// Throws Error with the published failure when there is one.
+  void throw_if_failed(const std::vector<std::string>& keys);
+
+  std::shared_ptr<Store> base_;
+  int rank_;
+};
+
+}  // namespace cohort::detail
