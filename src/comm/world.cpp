@@ -14,6 +14,7 @@
 #include <cohort/core/logging.hpp>
 #include <cohort/launch/memory_store.hpp>
 #include <cohort/launch/rendezvous.hpp>
+#include <cohort/launch/tcp_store.hpp>
 
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +41,8 @@ struct World::Impl {
   std::string store_host;  // the TCP store's host; empty for a store given in WorldOptions
   std::chrono::milliseconds timeout{};
   std::shared_ptr<Store> store;
+  /// The TCP store this rank serves to the others, if it does (rank 0 under mpirun or srun).
+  std::shared_ptr<TcpStore> served_store;
   std::unique_ptr<StoreGroup> group;  // every rank of the world, meeting under `store`
   std::shared_ptr<detail::Watchdog> watchdog;
   std::unique_ptr<Communicator> global;
@@ -205,7 +208,10 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
 World::World(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 World::World(World&&) noexcept = default;
 World& World::operator=(World&&) noexcept = default;
-World::~World() = default;
+World::~World() {
+  // Note [The store outlives its host's last call] (tcp_store.cpp).
+  if (impl_ && impl_->served_store) impl_->served_store->wait_for_clients(impl_->timeout);
+}
 
 int World::rank() const noexcept { return impl_->rank; }
 int World::size() const noexcept { return impl_->size; }
@@ -246,7 +252,10 @@ World init(WorldOptions options) {
   }
 
   std::shared_ptr<Store> base = options.store ? options.store : connect_store(launch, impl->timeout);
-  if (!options.store) impl->store_host = launch.master_addr;
+  if (!options.store) {
+    impl->store_host = launch.master_addr;
+    impl->served_store = std::dynamic_pointer_cast<TcpStore>(base);
+  }
   // A generation per init, so that a store reused for a second world never mixes their keys.
   const std::int64_t generation = base->add("cohort/generation/" + std::to_string(launch.rank), 1);
   const std::string scope = "cohort/world" + std::to_string(generation);

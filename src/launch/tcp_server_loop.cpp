@@ -190,10 +190,10 @@ void ServerLoop::accept_all() {
                                    " connections wait for HELLO, the most allowed");
     }
     if (open_connections_ >= options_.max_connections &&
-        !evict_oldest_unauthenticated(std::to_string(open_connections_) +
+        !evict_oldest_unauthenticated(std::to_string(open_connections_.load()) +
                                       " connections are open, the most allowed")) {
       warnings_.warn(name_, "refusing a connection from " + peer + ": already serving " +
-                                std::to_string(open_connections_) + " authenticated clients");
+                                std::to_string(open_connections_.load()) + " authenticated clients");
       continue;
     }
     const int on = 1;

@@ -68,6 +68,8 @@ class ServerLoop {
   void run() noexcept;
   /// GET and WAIT requests held at the end of the last poll round; read from any thread.
   std::size_t held_requests() const noexcept { return held_requests_.load(); }
+  /// Connections whose socket is still open; read from any thread.
+  std::size_t open_connections() const noexcept { return open_connections_.load(); }
 
  private:
   // Transport (tcp_server_loop.cpp).
@@ -101,7 +103,7 @@ class ServerLoop {
   Clock::time_point accept_paused_until_{};
   Clock::time_point next_stall_check_{};
   std::uint64_t next_id_ = 1;
-  std::size_t open_connections_ = 0;  ///< connections whose socket is still open
+  std::atomic<std::size_t> open_connections_{0};  ///< connections whose socket is still open
   std::unordered_map<std::uint64_t, Connection> connections_;
   /// Open connections that have not completed HELLO, oldest first.
   std::set<std::pair<Clock::time_point, std::uint64_t>> unauthenticated_;
@@ -111,7 +113,7 @@ class ServerLoop {
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
   /// Connections whose pending request was answered: they may have more requests buffered.
   std::vector<std::uint64_t> resumable_;
-  /// The one member other threads read (`TcpStoreServer::held_requests`).
+  /// Read by other threads too, like `open_connections_` (`TcpStoreServer::held_requests`).
   std::atomic<std::size_t> held_requests_{0};
 };
 

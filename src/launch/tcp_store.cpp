@@ -11,11 +11,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 // The client side of the TCP store; the wire format is Note [TCP store protocol]
@@ -39,9 +41,25 @@ std::uint64_t to_wire_ms(Milliseconds timeout) noexcept {
 
 }  // namespace
 
+namespace {
+
+/// The server a `TcpStore` started, shared with its clones: it lives while any of them does.
+struct HostedServer {
+  explicit HostedServer(TcpStoreServerOptions options) : server(std::move(options)) {}
+  TcpStoreServer server;
+  /// Connections of this process's own clients (the owner and its clones).
+  std::atomic<std::size_t> own_clients{0};
+};
+
+}  // namespace
+
 struct TcpStore::Impl {
-  /// Shared with clones: the server lives while any of them does.
-  std::shared_ptr<TcpStoreServer> server;
+  ~Impl() {
+    socket.reset();  // before the count drops, so the server never sees more own than open
+    if (hosted) hosted->own_clients.fetch_sub(1);
+  }
+
+  std::shared_ptr<HostedServer> hosted;
   /// What this client connected with: the server's actual address, the resolved token.
   TcpStoreOptions options;
   std::string description;
@@ -216,21 +234,26 @@ TcpStore::TcpStore(TcpStoreOptions options)
                  "the TCP store token (COHORT_STORE_TOKEN or TcpStoreOptions::token) is " +
                      std::to_string(options.token.size()) + " bytes long; at most " +
                      std::to_string(tcp::kMaxTokenBytes) + " are allowed");
+  std::shared_ptr<HostedServer> hosted;
   if (options.start_server) {
     TcpStoreServerOptions server_options;
     server_options.host = options.server_host;
     server_options.port = options.port;
     server_options.token = options.token;
     server_options.max_message_bytes = options.max_message_bytes;
-    impl_->server = std::make_shared<TcpStoreServer>(std::move(server_options));
+    hosted = std::make_shared<HostedServer>(std::move(server_options));
     options.host = local_address_of(options.server_host);
-    options.port = impl_->server->port();
+    options.port = hosted->server.port();
     options.start_server = false;
   }
   impl_->options = std::move(options);
   impl_->description =
       "TcpStore(" + tcp::format_address(impl_->options.host, impl_->options.port) + ")";
   impl_->connect();
+  if (hosted) {
+    hosted->own_clients.fetch_add(1);
+    impl_->hosted = std::move(hosted);
+  }
 }
 
 TcpStore::~TcpStore() = default;
@@ -278,7 +301,10 @@ bool TcpStore::remove(std::string_view key) {
 std::unique_ptr<Store> TcpStore::clone() const {
   // impl_->options already names the running server and has start_server off.
   auto copy = std::make_unique<TcpStore>(impl_->options);
-  copy->impl_->server = impl_->server;
+  if (impl_->hosted) {
+    impl_->hosted->own_clients.fetch_add(1);
+    copy->impl_->hosted = impl_->hosted;
+  }
   copy->set_timeout(timeout());
   return copy;
 }
@@ -286,5 +312,45 @@ std::unique_ptr<Store> TcpStore::clone() const {
 std::string TcpStore::describe() const { return impl_->description; }
 
 int TcpStore::port() const noexcept { return impl_->options.port; }
+
+// Note [The store outlives its host's last call]
+// Under mpirun or srun the store server lives in rank 0's process. Rank 0 can finish a run's last
+// store exchange (a barrier, say) and exit while the other ranks are still reading that
+// exchange's values; they would then fail with "connection reset by the server" after a run that
+// succeeded. So `World` asks its store, as it ends, to wait until the clients of other processes
+// have disconnected, up to the run's deadline. Ranks disconnect when their world ends or their
+// process exits, whichever way it exits, so the wait ends when the last of them is done; a hung
+// rank holds its host until the deadline, which it would reach anyway. The wait is explicit, not
+// in a destructor: the last clone of a store may be released on any thread (a watchdog's, say),
+// and a process whose main thread returns does not wait for those.
+bool TcpStore::wait_for_clients(Milliseconds limit) const noexcept {
+  const auto& hosted = impl_->hosted;
+  if (!hosted) return true;
+  const auto others = [&] {
+    const std::size_t open = hosted->server.open_connections();
+    const std::size_t own = hosted->own_clients.load();
+    return open > own ? open - own : std::size_t{0};
+  };
+  const auto start = Clock::now();
+  const auto deadline = detail::deadline_after(limit);
+  bool said = false;
+  std::size_t waiting = 0;
+  while ((waiting = others()) > 0) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      COHORT_LOG(warn) << impl_->description << ": stopping its server with " << waiting
+                       << " client(s) of other processes still connected after "
+                       << env::describe_duration(limit);
+      return false;
+    }
+    if (!said && now - start >= std::chrono::seconds(1)) {
+      COHORT_LOG(info) << impl_->description << ": waiting up to " << env::describe_duration(limit)
+                       << " for " << waiting << " client(s) of other ranks to disconnect";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
 
 }  // namespace cohort

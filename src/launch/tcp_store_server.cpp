@@ -264,6 +264,11 @@ std::size_t TcpStoreServer::held_requests() const {
   return impl_->stopped ? 0 : impl_->loop->held_requests();
 }
 
+std::size_t TcpStoreServer::open_connections() const {
+  std::lock_guard lock(impl_->stop_mutex);
+  return impl_->stopped ? 0 : impl_->loop->open_connections();
+}
+
 void TcpStoreServer::stop() noexcept {
   std::lock_guard lock(impl_->stop_mutex);
   if (impl_->stopped) return;

@@ -312,6 +312,53 @@ TEST(TcpStoreTest, StartServerOnPortZeroAndClone) {
   EXPECT_THROW(outsider.get("k", milliseconds(100)), Error);
 }
 
+// Note [The store outlives its host's last call]: the host of a run's store leaves last.
+TEST(TcpStoreTest, TheOwnerWaitsForTheClientsOfOtherProcessesOnly) {
+  TcpStoreOptions options = client_of(0);
+  options.start_server = true;
+  options.server_host = "127.0.0.1";
+  TcpStore owner(options);
+  auto own_clone = owner.clone();  // the owner's own clients do not count
+  EXPECT_TRUE(owner.wait_for_clients(milliseconds(0)));
+  owner.set("barrier/last", "0123");
+  auto other = std::make_unique<TcpStore>(client_of(owner.port()));
+  ASSERT_EQ(other->get("barrier/last"), "0123");
+
+  std::atomic<bool> done{false};
+  std::atomic<bool> result{false};
+  std::thread host([&] {
+    result = owner.wait_for_clients(std::chrono::seconds(30));
+    done = true;
+  });
+  // The other client keeps using the store after its host finished, and it still works.
+  for (int round = 0; round < 10; ++round) {
+    std::this_thread::sleep_for(milliseconds(30));
+    EXPECT_FALSE(done.load()) << "the owner stopped waiting with another client connected";
+    EXPECT_EQ(other->get("barrier/last"), "0123");
+  }
+  const auto disconnected = Clock::now();
+  other.reset();
+  host.join();
+  EXPECT_TRUE(result.load());
+  EXPECT_LT(elapsed_since(disconnected), milliseconds(2000))
+      << "the owner kept waiting after the last other client left";
+}
+
+TEST(TcpStoreTest, TheOwnerWaitsForClientsNoLongerThanItsLimit) {
+  TcpStoreOptions options = client_of(0);
+  options.start_server = true;
+  options.server_host = "127.0.0.1";
+  TcpStore owner(options);
+  TcpStore stays(client_of(owner.port()));
+  const auto start = Clock::now();
+  EXPECT_FALSE(owner.wait_for_clients(milliseconds(300)));
+  const auto waited = elapsed_since(start);
+  EXPECT_GE(waited, milliseconds(250));
+  EXPECT_LT(waited, milliseconds(5000));
+  // A store that serves nobody has nobody to wait for.
+  EXPECT_TRUE(stays.wait_for_clients(std::chrono::seconds(30)));
+}
+
 TEST(TcpStoreTest, StopWhileAClientIsBlockedFailsItPromptly) {
   TcpStoreServer server(local_server());
   TcpStore store(client_of(server.port()));

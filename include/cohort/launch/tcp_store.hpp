@@ -60,6 +60,9 @@ class TcpStoreServer {
   /// instead of sleeping and hoping it is.
   std::size_t held_requests() const;
 
+  /// Connections open now (authenticated or not); 0 once stopped.
+  std::size_t open_connections() const;
+
   /// Stops serving and closes every connection. Idempotent; the destructor calls it.
   void stop() noexcept;
 
@@ -108,6 +111,12 @@ class TcpStore final : public Store {
                           std::string_view desired) override;
   bool remove(std::string_view key) override;
   std::unique_ptr<Store> clone() const override;
+
+  /// For the store that started its server (`start_server`): waits, up to `limit`, until every
+  /// client of another process has disconnected, so that a run's last exchange can finish before
+  /// the process hosting the store ends (Note [The store outlives its host's last call]). Returns
+  /// true when they have (at once for a store that serves nobody), false at the limit.
+  bool wait_for_clients(Milliseconds limit) const noexcept;
   std::string describe() const override;
   using Store::get;
   using Store::wait;
