@@ -3,6 +3,8 @@
 #include <cohort/core/device.hpp>
 #include <cohort/version.hpp>
 
+#include "support/test_helpers.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -24,9 +26,9 @@ struct DoctorRun {
 /// `$COHORT_TEST_BINARY_DIR/tools/cohort-doctor/cohort-doctor` (ctest sets the variable to the
 /// top build folder), else the path CMake compiled in.
 std::string doctor_path() {
-  const char* binary_dir = std::getenv("COHORT_TEST_BINARY_DIR");
-  if (binary_dir != nullptr && *binary_dir != '\0') {
-    return std::string(binary_dir) + "/tools/cohort-doctor/cohort-doctor";
+  const std::string binary_dir = cohort_test::test_binary_dir();
+  if (!binary_dir.empty()) {
+    return binary_dir + "/tools/cohort-doctor/cohort-doctor";
   }
 #ifdef COHORT_DOCTOR_PROGRAM
   return COHORT_DOCTOR_PROGRAM;

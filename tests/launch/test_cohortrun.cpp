@@ -1,6 +1,8 @@
 // Runs the built cohortrun (and hello_world under it) with small shell programs as the ranks.
 // The build folder comes from COHORT_TEST_BINARY_DIR, which ctest sets.
 
+#include "support/test_helpers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -33,10 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-std::string binary_dir() {
-  const char* dir = std::getenv("COHORT_TEST_BINARY_DIR");
-  return dir == nullptr ? std::string() : std::string(dir);
-}
+std::string binary_dir() { return cohort_test::test_binary_dir(); }
 
 std::string cohortrun_path() {
   return binary_dir() + "/tools/cohortrun/cohortrun";

@@ -205,9 +205,9 @@ TEST(StoreHostileTest, WrongTokensAreRefusedAndTheRightOneServed) {
 class StoreProcess {
  public:
   StoreProcess() {
-    const char* dir = std::getenv("COHORT_TEST_BINARY_DIR");
-    if (dir == nullptr) return;
-    const std::string program = std::string(dir) + "/tools/cohort-store/cohort-store";
+    const std::string dir = cohort_test::test_binary_dir();
+    if (dir.empty()) return;
+    const std::string program = dir + "/tools/cohort-store/cohort-store";
     port_file_ = ::testing::TempDir() + "cohort_store_port_" + std::to_string(::getpid());
     std::remove(port_file_.c_str());
     posix_spawn_file_actions_t actions;

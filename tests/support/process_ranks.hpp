@@ -6,6 +6,8 @@
 
 #include <cohort/launch/tcp_store.hpp>
 
+#include "test_helpers.hpp"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,8 +27,8 @@ namespace cohort_test {
 /// that is not set or holds no such file (a GPU bundle keeps every program in one folder), the
 /// program of that name beside the running test.
 inline std::string build_path(const std::string& relative) {
-  const char* build = std::getenv("COHORT_TEST_BINARY_DIR");
-  const std::filesystem::path in_build = std::string(build != nullptr ? build : ".") + "/" + relative;
+  const std::string build = test_binary_dir();
+  const std::filesystem::path in_build = (build.empty() ? std::string(".") : build) + "/" + relative;
   std::error_code error;
   if (std::filesystem::exists(in_build, error)) {
     return in_build.string();

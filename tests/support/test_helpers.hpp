@@ -30,6 +30,11 @@ inline cohort::Backend expected_host_backend() {
                                                                  : cohort::Backend::shm;
 }
 
+/// The top build folder ctest names in `COHORT_TEST_BINARY_DIR`; empty when it is not set.
+inline std::string test_binary_dir() {
+  return cohort::env::text(cohort::env::kTestBinaryDir).value_or("");
+}
+
 inline std::chrono::milliseconds elapsed_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
 }

@@ -97,6 +97,11 @@ inline constexpr std::string_view kCheckpointCrashAt = "COHORT_CHECKPOINT_CRASH_
 /// The Python with matplotlib that `scaling_bench --plot` runs (default python3 on the PATH).
 inline constexpr std::string_view kPython = "COHORT_PYTHON";
 
+// ---- Tests ----------------------------------------------------------------------------------------
+
+/// The top build folder, which ctest gives every test so that it finds the programs it runs.
+inline constexpr std::string_view kTestBinaryDir = "COHORT_TEST_BINARY_DIR";
+
 // ---- Reading and parsing --------------------------------------------------------------------------
 
 /// The value of `name`, or nullopt when it is unset or empty.
