@@ -246,8 +246,8 @@ void ShmSegment::wake_all() const noexcept {
 
 void ShmSegment::post(Flag which, std::uint64_t seq) noexcept {
   flag(rank_, which).store(seq, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (word(kSleepersLine, 0).load(std::memory_order_relaxed) != 0) {
+  // Note [Posting to sleepers]: a read-modify-write of the sleeper count, not a fence and a load.
+  if (word(kSleepersLine, 0).fetch_add(0, std::memory_order_acq_rel) != 0) {
     wake_all();
   }
 }
@@ -312,8 +312,13 @@ void ShmSegment::wait(Flag which, int rank, std::uint64_t seq, Clock::time_point
                        " on " + context.describe());
       next_health = now + kHealthEvery;
     }
-    sleepers.fetch_add(1);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // Note [Posting to sleepers]
+    // A poster stores its flag and then updates the sleeper count; a waiter updates the count and
+    // then reads the flags. Both are read-modify-writes of one word, so one of them comes first in
+    // that word's order: if the waiter's, the poster reads a non-zero count and wakes it; if the
+    // poster's, the waiter's update reads from it (acquire after release) and so sees the flag.
+    // (Fences would do the same, but ThreadSanitizer cannot follow fences.)
+    sleepers.fetch_add(1, std::memory_order_acq_rel);
     const std::uint32_t seen = futex_word.load();
     if (reached(which, rank, seq)) {
       sleepers.fetch_sub(1);
