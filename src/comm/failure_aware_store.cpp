@@ -15,22 +15,6 @@ namespace {
 constexpr const char* kFailureKey = "failure";
 constexpr Milliseconds kSlice{200};
 
-/// Runs `attempt(slice)` until it returns or `timeout` passes, calling `between()` after each
-/// slice that timed out; the last slice's TimeoutError is replaced by one for the whole wait.
-template <typename Attempt, typename Between, typename Expire>
-auto in_slices(Milliseconds timeout, Attempt attempt, Between between, Expire expire) {
-  const auto deadline = deadline_after(timeout);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-    try {
-      return attempt(std::clamp(left, Milliseconds::zero(), kSlice));
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) expire();
-    }
-    between();
-  }
-}
-
 }  // namespace
 
 FailureAwareStore::FailureAwareStore(std::shared_ptr<Store> base, int rank)
@@ -51,14 +35,15 @@ void FailureAwareStore::throw_if_failed(const std::vector<std::string>& keys) {
 std::string FailureAwareStore::get(std::string_view key, Milliseconds timeout) {
   const std::vector<std::string> keys{std::string(key)};
   return in_slices(
-      timeout, [&](Milliseconds slice) { return base_->get(key, slice); },
+      timeout, kSlice, [&](Milliseconds slice) { return base_->get(key, slice); },
       [&] { throw_if_failed(keys); },
       [&] { COHORT_FAIL(TimeoutError, timeout_message(base_->describe(), keys, timeout)); });
 }
 
 void FailureAwareStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   in_slices(
-      timeout, [&](Milliseconds slice) { base_->wait(keys, slice); }, [&] { throw_if_failed(keys); },
+      timeout, kSlice, [&](Milliseconds slice) { base_->wait(keys, slice); },
+      [&] { throw_if_failed(keys); },
       [&] {
         std::vector<std::string> missing;
         for (const auto& key : keys) {

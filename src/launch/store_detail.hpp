@@ -2,8 +2,10 @@
 
 // Helpers shared by the store implementations (private to src/launch).
 
+#include <cohort/core/error.hpp>
 #include <cohort/launch/store.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -18,6 +20,25 @@ using Clock = std::chrono::steady_clock;
 /// Now + `timeout`, saturating at the clock's maximum (so `Milliseconds::max()` means "never")
 /// and clamping negative timeouts to now.
 Clock::time_point deadline_after(Milliseconds timeout) noexcept;
+
+/// Runs `attempt(slice)` (a store wait of at most `slice`) until it returns or `timeout` passes,
+/// calling `between()` after each slice that timed out (it may throw to end the wait); at the
+/// deadline calls `expire()`, which throws the TimeoutError for the whole wait. Slices are at
+/// least 1 ms, so a store never sees a zero timeout.
+template <typename Attempt, typename Between, typename Expire>
+auto in_slices(Milliseconds timeout, Milliseconds slice, Attempt attempt, Between between,
+               Expire expire) {
+  const auto deadline = deadline_after(timeout);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+    try {
+      return attempt(std::max(std::min(left, slice), Milliseconds(1)));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) expire();
+    }
+    between();
+  }
+}
 
 /// `a + b`, saturating instead of overflowing.
 Milliseconds saturating_add(Milliseconds a, Milliseconds b) noexcept;

@@ -3,6 +3,8 @@
 #include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 
+#include "store_detail.hpp"
+
 #include <algorithm>
 #include <utility>
 
@@ -63,20 +65,17 @@ void StoreGroup::set_interrupt(std::function<void(std::string_view key)> check,
 }
 
 void StoreGroup::wait_for_members(std::string_view key, const std::vector<std::string>& keys) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + timeout_;
-  for (;;) {
-    if (interrupt_) interrupt_(key);
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    const auto slice = interrupt_ ? std::min(left, interrupt_every_) : left;
-    try {
-      store_->wait(keys, std::max(slice, std::chrono::milliseconds(1)));
-      return;
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) break;
-    }
-  }
+  if (interrupt_) interrupt_(key);
+  detail::in_slices(
+      timeout_, interrupt_ ? interrupt_every_ : timeout_,
+      [&](std::chrono::milliseconds slice) { store_->wait(keys, slice); },
+      [&] {
+        if (interrupt_) interrupt_(key);
+      },
+      [&] { fail_never_arrived(key, keys); });
+}
+
+void StoreGroup::fail_never_arrived(std::string_view key, const std::vector<std::string>& keys) {
   std::string missing;
   int count = 0;
   for (int member = 0; member < size_; ++member) {

@@ -80,6 +80,8 @@ class StoreGroup {
   /// Waits for `keys` (member m's is keys[m]) until the deadline, checking the interrupt.
   /// @throws TimeoutError naming the members whose keys are missing.
   void wait_for_members(std::string_view key, const std::vector<std::string>& keys);
+  /// Throws the TimeoutError naming the members whose keys are missing.
+  [[noreturn]] void fail_never_arrived(std::string_view key, const std::vector<std::string>& keys);
 };
 
 }  // namespace cohort
