@@ -4,7 +4,6 @@
 
 #include <cohort/core/error.hpp>
 
-#include <optional>
 
 namespace cohort::detail {
 
@@ -122,15 +121,20 @@ void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_p
                    std::shared_ptr<CommContext> context, std::function<void()> execute) {
   // The input is ready once the work already on `stream` is done; when there is none, there is
   // nothing to wait for (and no event to record: the common case of a caller that synchronizes).
-  std::optional<Event> input_ready;
+  // The mark comes from the worker's pool and goes back as soon as it has been waited for, before
+  // the collective runs, so a step that waits for its collectives finds it free again (Note
+  // [Step events]).
+  std::shared_ptr<Event> input_ready;
   if (!stream.ready()) {
-    input_ready = Event::create(Device::host());
+    input_ready = worker.input_events().acquire();
     input_ready->record(stream);
   }
-  worker.enqueue([input_ready, work, context = std::move(context), execute = std::move(execute)] {
+  worker.enqueue([input_ready, work, context = std::move(context),
+                  execute = std::move(execute)]() mutable {
     if (input_ready) {
       try {
         input_ready->synchronize();
+        input_ready.reset();
       } catch (const std::exception& error) {
         // The caller's stream failed before reaching the collective: this rank cannot take
         // part, so every rank is told now rather than at the deadline.

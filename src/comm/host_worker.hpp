@@ -6,6 +6,7 @@
 #include "comm_context.hpp"
 
 #include <cohort/comm/communicator.hpp>
+#include <cohort/detail/event_pool.hpp>
 
 #include <condition_variable>
 #include <deque>
@@ -30,6 +31,9 @@ class HostWorker {
   /// their writes to it).
   bool try_claim();
   void release();
+  /// The marks that hold a task until the work before it on the caller's stream is done, reused
+  /// (Note [Step events]).
+  EventPool& input_events() noexcept { return input_events_; }
 
  private:
   HostWorker() = default;
@@ -40,6 +44,7 @@ class HostWorker {
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
   bool running_ = false;
+  EventPool input_events_{Device::host(), /*timing=*/false};
   std::thread thread_;
 };
 

@@ -78,9 +78,11 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
 Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank)
     : store_(std::move(world_store)), global_rank_(global_rank) {}
 
-std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, int global_rank) {
+std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, int global_rank,
+                                          std::function<void()> bind_thread) {
   auto watchdog = std::shared_ptr<Watchdog>(new Watchdog(std::move(world_store), global_rank));
-  watchdog->thread_ = std::thread(&Watchdog::run, std::weak_ptr<Watchdog>(watchdog));
+  watchdog->thread_ =
+      std::thread(&Watchdog::run, std::weak_ptr<Watchdog>(watchdog), std::move(bind_thread));
   return watchdog;
 }
 
@@ -211,7 +213,24 @@ void Watchdog::publish_all_progress() {
   }
 }
 
-void Watchdog::run(const std::weak_ptr<Watchdog>& weak) {
+// Note [Watchdog device]
+// A thread's CUDA device is 0 until it sets one, and since CUDA 12 setting a device creates its
+// primary context. The watchdog's thread polls completion events of its rank's device; each
+// call binds the event's device for its duration (CudaDeviceScope) and then restores the
+// thread's device, 0, which would create a context on GPU 0 in every rank's process (hundreds of
+// MiB each, on the GPU of rank 0). So the thread binds its rank's device once, before anything
+// else: the scopes then find it current and change nothing. NCCL's own threads bind their
+// device themselves. Checked on a machine with two GPUs (test_comm_gpu,
+// EachRankCreatesAContextOnItsOwnGpuOnly).
+void Watchdog::run(const std::weak_ptr<Watchdog>& weak, const std::function<void()>& bind_thread) {
+  if (bind_thread) {
+    try {
+      bind_thread();
+    } catch (const std::exception& error) {
+      COHORT_LOG(error) << "watchdog: cannot bind its thread to the rank's device: "
+                        << error.what();
+    }
+  }
   while (true) {
     const std::shared_ptr<Watchdog> self = weak.lock();
     if (!self || !self->tick()) {

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,7 +33,11 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
  public:
   /// Starts the watchdog's thread. The thread holds the watchdog only while it works, so the
   /// last owner may let go at any time, even from a thread the watchdog is calling into.
-  static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank);
+  /// `bind_thread`, when given, runs first on the watchdog's thread: on a GPU rank it binds the
+  /// rank's device, so that the completion probes the thread calls (cudaEventQuery, and the
+  /// cudaEventDestroy of a pooled event) create no context on device 0 (Note [Watchdog device]).
+  static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank,
+                                         std::function<void()> bind_thread = nullptr);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -58,7 +63,7 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
 
  private:
   Watchdog(std::unique_ptr<Store> world_store, int global_rank);
-  static void run(const std::weak_ptr<Watchdog>& weak);
+  static void run(const std::weak_ptr<Watchdog>& weak, const std::function<void()>& bind_thread);
   /// One round: waits a tick, then checks; false once stopping.
   bool tick();
   void check_deadlines();

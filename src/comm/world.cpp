@@ -21,6 +21,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -271,7 +272,14 @@ World init(WorldOptions options) {
   impl->backend = choose_backend(options.backend);
   impl->host_transport = host_transport_from(options);
   impl->device = choose_device(*impl);
-  impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank);
+  std::function<void()> bind_watchdog;
+#if COHORT_WITH_CUDA
+  if (impl->device.is_cuda()) {
+    bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
+  }
+#endif
+  impl->watchdog =
+      detail::Watchdog::start(monitor_store->clone(), impl->rank, std::move(bind_watchdog));
 
   const bool debug = debug_from(options);
   impl->global = make_global(*impl, debug, monitor_store);

@@ -4,6 +4,7 @@
 #include <cohort/core/stream.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -422,9 +423,20 @@ float HostEvent::elapsed_ms_since(EventImpl& start) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+std::atomic<std::uint64_t> events_created{0};
+std::atomic<std::uint64_t> streams_created{0};
+}  // namespace
+
+detail::CreatedCounts detail::created_counts() noexcept {
+  return {events_created.load(std::memory_order_relaxed),
+          streams_created.load(std::memory_order_relaxed)};
+}
+
 // ---- Stream ----
 
 Stream Stream::create(Device device, HostExecution execution) {
+  streams_created.fetch_add(1, std::memory_order_relaxed);
   if (device.is_host()) {
     return Stream(std::make_shared<detail::HostStream>(execution));
   }
@@ -467,6 +479,7 @@ std::optional<std::string_view> detail::unwaited_host_work(const Stream& stream)
 // ---- Event ----
 
 Event Event::create(Device device, bool timing) {
+  events_created.fetch_add(1, std::memory_order_relaxed);
   if (device.is_host()) {
     return Event(std::make_shared<detail::HostEvent>(timing));
   }

@@ -3,18 +3,26 @@
 // them through its socket transport (over lo) as if they were on different machines, and a wrong
 // reduce op or dtype mapping shows (with one rank every collective returns its input).
 // Checks all-reduce in f32, f16, bf16 and i32 with sum, avg, min and max, reduce-scatter (avg),
-// all-gather and broadcast against closed forms, and prints "rank R ok".
-// Exit status: 0 on success, 1 on a wrong result, 3 when a cohort call failed, 4 without a GPU.
+// all-gather and broadcast against closed forms; with the argument "timeout" or "abort", an NCCL
+// collective that one rank skips, ended by the deadline or by an abort (check_fault); with
+// "contexts", that each rank created a CUDA context on its own GPU only (check_contexts). Prints
+// "rank R ok".
+// Exit status: 0 on success, 1 on a wrong result, 2 on a bad argument, 3 when a cohort call
+// failed, 4 without a GPU.
 #include <cohort/comm/world.hpp>
+#include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 #include <cohort/core/stream.hpp>
 
+#include "support/gpu_ranks.hpp"
 #include "support/test_helpers.hpp"
 
 #if COHORT_WITH_CUDA
+#include <cuda.h>  // the driver's types; its functions come through cudaGetDriverEntryPoint
 #include <cuda_runtime.h>
 #endif
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +30,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if COHORT_WITH_CUDA
@@ -150,27 +159,163 @@ void check_layouts(cohort::World& world, const cohort::Stream& stream) {
   }
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// `mode` "timeout": rank 1 skips an all-reduce, and rank 0's must fail with a TimeoutError at
+/// its deadline (COHORT_TIMEOUT), not before and not long after, naming rank 1; the failure must
+/// then reach rank 1, whose communicator aborts. `mode` "abort": rank 0 aborts its communicator
+/// while an all-reduce that rank 1 skipped is in flight; the collective must fail with the
+/// abort's reason long before the deadline. After either, a new collective fails at once.
+/// Returns the number of failed checks.
+int check_fault(cohort::World& world, const cohort::Stream& stream, const std::string& mode) {
+  int wrong = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++wrong;
+      std::fprintf(stderr, "rank %d: %s\n", world.rank(), what.c_str());
+    }
+  };
+  DeviceArray<float> data(1024);
+  data.upload(std::vector<float>(1024, 1.0f), stream);
+  world.comm().all_reduce(data.view(world.device()), cohort::ReduceOp::sum, stream).wait();
+  if (world.rank() != 0) {
+    // Skips the next collective; hears of rank 0's failure through the store, or of its end.
+    try {
+      world.store().wait({"fault-checked"}, std::chrono::seconds(120));
+    } catch (const cohort::Error&) {
+    }
+    if (mode == "timeout") {
+      const auto heard = Clock::now();
+      while (!world.comm().aborted() && seconds_since(heard) < 10.0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      expect(world.comm().aborted(), "rank 0's timeout did not abort this rank's communicator");
+    }
+    return wrong;
+  }
+  const double deadline = std::chrono::duration<double>(world.timeout()).count();
+  const auto issued = Clock::now();
+  cohort::Work work =
+      world.comm().all_reduce(data.view(world.device()), cohort::ReduceOp::sum, stream);
+  std::thread aborter;
+  if (mode == "abort") {
+    aborter = std::thread([&world] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      world.comm().abort("stopped by comm_gpu_worker");
+    });
+  }
+  std::string message;
+  bool timed_out = false;
+  try {
+    work.wait();
+    expect(false, "the all-reduce that rank 1 skipped completed");
+  } catch (const cohort::TimeoutError& error) {
+    timed_out = true;
+    message = error.what();
+  } catch (const cohort::Error& error) {
+    message = error.what();
+  }
+  const double waited = seconds_since(issued);
+  if (aborter.joinable()) {
+    aborter.join();
+  }
+  if (mode == "timeout") {
+    expect(timed_out, "not a TimeoutError: " + message);
+    expect(waited >= deadline, "failed after " + std::to_string(waited) + " s, before the " +
+                                   std::to_string(deadline) + " s deadline: " + message);
+    expect(waited < deadline + 5.0, "failed " + std::to_string(waited - deadline) +
+                                         " s after the deadline: " + message);
+    expect(message.find("ranks that had not arrived: rank 1") != std::string::npos,
+           "rank 1 is not named: " + message);
+  } else {
+    expect(!timed_out && message.find("stopped by comm_gpu_worker") != std::string::npos,
+           "the failure does not give the abort's reason: " + message);
+    expect(waited < 1.0 + 5.0, "failed " + std::to_string(waited) +
+                                   " s after issue, the abort came after 1 s: " + message);
+  }
+  expect(world.comm().aborted(), "the communicator is not aborted");
+  const auto again = Clock::now();
+  try {
+    world.comm().all_reduce(data.view(world.device()), cohort::ReduceOp::sum, stream).wait();
+    expect(false, "a collective after the " + mode + " succeeded");
+  } catch (const cohort::Error&) {
+    expect(seconds_since(again) < 1.0, "a collective after the " + mode + " took " +
+                                           std::to_string(seconds_since(again)) + " s to fail");
+  }
+  world.store().set("fault-checked", "1");
+  return wrong;
+}
+
+/// `mode` "contexts" (one rank per GPU, two or more GPUs): after collectives whose completion the
+/// watchdog polled, no GPU but this rank's has a primary context in this process (Note [Watchdog
+/// device]). Asks the driver through the runtime, so the program needs no libcuda at link time.
+int check_contexts(cohort::World& world, const cohort::Stream& stream) {
+  DeviceArray<float> data(4096);
+  data.upload(std::vector<float>(4096, 1.0f), stream);
+  for (int i = 0; i < 20; ++i) {
+    world.comm().all_reduce(data.view(world.device()), cohort::ReduceOp::sum, stream);
+  }
+  stream.synchronize();  // completion seen by the watchdog's probes, not by Work::wait
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // several watchdog ticks
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  using GetDevice = CUresult (*)(CUdevice*, int);
+  void* get_state = nullptr;
+  void* get_device = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  check_cuda(cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &get_state, 12000,
+                                              cudaEnableDefault, &found),
+             "cuDevicePrimaryCtxGetState");
+  check_cuda(cudaGetDriverEntryPointByVersion("cuDeviceGet", &get_device, 12000, cudaEnableDefault,
+                                              &found),
+             "cuDeviceGet");
+  if (get_state == nullptr || get_device == nullptr) {
+    throw std::runtime_error("the driver has no cuDevicePrimaryCtxGetState or cuDeviceGet");
+  }
+  int wrong = 0;
+  const int own = world.device().index();
+  for (int ordinal = 0; ordinal < cohort::cuda_device_count(); ++ordinal) {
+    CUdevice device = 0;
+    unsigned int flags = 0;
+    int active = 0;
+    if (reinterpret_cast<GetDevice>(get_device)(&device, ordinal) != CUDA_SUCCESS ||
+        reinterpret_cast<GetState>(get_state)(device, &flags, &active) != CUDA_SUCCESS) {
+      throw std::runtime_error("cannot read the primary context of GPU " + std::to_string(ordinal));
+    }
+    if ((active != 0) != (ordinal == own)) {
+      ++wrong;
+      std::fprintf(stderr, "rank %d (GPU %d): GPU %d has %s primary context in this process\n",
+                   world.rank(), own, ordinal, active != 0 ? "a" : "no");
+    }
+  }
+  return wrong;
+}
+
 }  // namespace
 #endif
 
-int main() {
-#if COHORT_WITH_CUDA
-  if (cohort::cuda_device_count() == 0) {
-    std::fprintf(stderr, "no GPU: %s\n", cohort::cuda_unavailable_reason().c_str());
-    return 4;
+/// No argument: the collectives against their closed forms; else the mode named.
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!mode.empty() && mode != "timeout" && mode != "abort" && mode != "contexts") {
+    std::fprintf(stderr, "unknown mode '%s': give none, 'timeout', 'abort' or 'contexts'\n",
+                 mode.c_str());
+    return 2;
   }
-  // Each process its own NCCL "host", so that ranks sharing a GPU connect through sockets; a
-  // launcher that set NCCL_HOSTID per rank already (gpu-check.sh) is left alone.
-  const char* rank_text = std::getenv("RANK");
-  const std::string host_id = std::string("cohort-test-rank-") + (rank_text ? rank_text : "0");
-  setenv("NCCL_HOSTID", host_id.c_str(), 0);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-  setenv("NCCL_IB_DISABLE", "1", 0);  // the socket transport, even where InfiniBand is present
-  try {
-    cohort::WorldOptions options;
-    options.backend = cohort::BackendChoice::nccl;
-    cohort::World world = cohort::init(options);
+#if COHORT_WITH_CUDA
+  return cohort_test::run_gpu_rank([&mode](cohort::World& world) {
     const cohort::Stream stream = cohort::Stream::create(world.device());
+    if (!mode.empty()) {
+      if ((mode == "contexts" ? check_contexts(world, stream) : check_fault(world, stream, mode)) >
+          0) {
+        return 1;
+      }
+      std::printf("rank %d ok: %s\n", world.rank(), mode.c_str());
+      return 0;
+    }
     check_all_reduce<float>(world, stream, "f32");
     check_all_reduce<cohort::half>(world, stream, "f16");
     check_all_reduce<cohort::bfloat16>(world, stream, "bf16");
@@ -183,10 +328,7 @@ int main() {
     }
     std::printf("rank %d ok: %s\n", world.rank(), world.describe().c_str());
     return 0;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s\n", error.what());
-    return 3;
-  }
+  });
 #else
   std::fprintf(stderr, "no GPU: cohort was built without CUDA\n");
   return 4;

@@ -1,7 +1,7 @@
 // NCCL through run_local on every GPU found: each collective against the host's closed form; and
 // two processes sharing one GPU (comm_gpu_worker), so that one GPU is enough to see a wrong op
 // or dtype mapping.
-#include "support/process_ranks.hpp"
+#include "support/gpu_ranks.hpp"
 
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -45,15 +46,39 @@ std::vector<T> to_host(const T* device, std::size_t count, const cohort::Stream&
 // rank every collective returns its input, so this is the test that sees the results on a
 // machine with one GPU. If NCCL cannot place them there, the test fails and says why.
 TEST_F(NcclCollectives, TwoProcessesSharingAGpuMatchTheClosedForms) {
-  const auto ranks = cohort_test::run_process_ranks(
-      2, cohort_test::build_path("tests/comm/comm_gpu_worker"), {},
-      {"COHORT_ALLOW_SHARED_GPU=1", "CUDA_VISIBLE_DEVICES=0", "COHORT_TIMEOUT=60s"}, "comm-gpu");
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    ASSERT_TRUE(ranks[r].exited_with(0)) << cohort_test::report(ranks);
-    EXPECT_NE(cohort_test::read_file(ranks[r].output).find("rank " + std::to_string(r) + " ok"),
-              std::string::npos)
-        << cohort_test::report(ranks);
+  const auto ranks = cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {}, {}, "comm-gpu");
+  const std::string failed = cohort_test::ranks_failed(ranks);
+  EXPECT_TRUE(failed.empty()) << failed;
+}
+
+// NCCL's failure paths with two ranks on the first GPU: a collective that rank 1 skips fails on
+// rank 0 at its 8 s deadline (not before) and the failure reaches rank 1; an abort ends an
+// in-flight collective long before its 60 s deadline. comm_gpu_worker checks each.
+TEST_F(NcclCollectives, TwoProcessesSharingAGpuTimeOutAtTheDeadlineAndAbort) {
+  for (const auto& [mode, timeout] : {std::pair{"timeout", "8s"}, std::pair{"abort", "60s"}}) {
+    SCOPED_TRACE(mode);
+    const auto ranks =
+        cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {mode},
+                                   {std::string("COHORT_TIMEOUT=") + timeout},
+                                   std::string("comm-gpu-") + mode);
+    const std::string failed = cohort_test::ranks_failed(ranks);
+    EXPECT_TRUE(failed.empty()) << failed;
   }
+}
+
+// Note [Watchdog device]: two ranks as processes, one per GPU; after collectives that the
+// watchdog polled, each process holds a CUDA context on its own GPU only.
+TEST_F(NcclCollectives, EachRankCreatesAContextOnItsOwnGpuOnly) {
+  const int gpus = cohort::cuda_device_count();
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs two GPUs (one per rank, to see a context on the other's GPU); " << gpus
+                 << " visible";
+  }
+  const auto ranks = cohort_test::run_process_ranks(
+      2, cohort_test::build_path("tests/comm/comm_gpu_worker"), {"contexts"},
+      {"COHORT_TIMEOUT=60s", "NCCL_SOCKET_IFNAME=lo", "NCCL_IB_DISABLE=1"}, "comm-gpu-contexts");
+  const std::string failed = cohort_test::ranks_failed(ranks);
+  EXPECT_TRUE(failed.empty()) << failed;
 }
 
 // Registered in every build, so that a host-only build counts it (and SetUp says why it skips).

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -149,6 +150,27 @@ TEST(EventPool, ReusesAnEventOnceItsLastHolderLetsGo) {
   again->record(stream);
   again->synchronize();
   EXPECT_TRUE(again->ready());
+}
+
+// Note [Step events]: a completion mark that is done gives its event back at the pool's next
+// mark, although its holder (the watchdog, in a collective's probe) has not let go of it yet.
+TEST(EventPool, AMarkFoundDoneGivesItsEventBackBeforeItsHolderLetsGo) {
+  cohort::detail::EventPool pool(cohort::Device::host(), /*timing=*/false);
+  const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+  std::promise<void> gate;
+  stream.enqueue([opened = gate.get_future().share()] { opened.wait(); });
+  const std::shared_ptr<cohort::detail::CompletionMark> first = pool.mark(stream);
+  EXPECT_FALSE(first->ready()) << "a mark behind pending work was ready";
+  gate.set_value();
+  stream.synchronize();
+  const auto created = cohort::detail::created_counts().events;
+  const std::shared_ptr<cohort::detail::CompletionMark> second = pool.mark(stream);
+  EXPECT_EQ(cohort::detail::created_counts().events, created)
+      << "the second mark created an event while the first one's was done";
+  EXPECT_TRUE(first->ready()) << "a mark that gave its event back must stay ready";
+  stream.synchronize();
+  EXPECT_TRUE(second->ready());
+  EXPECT_EQ(pool.free_count(), 1u);
 }
 
 TEST(GraphCapture, AHostStreamIsNeverCapturing) {

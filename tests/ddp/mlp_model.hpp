@@ -138,6 +138,19 @@ inline void mlp_init(DataParallel& dp, const Mlp& mlp, float shift) {
   std::copy(p.b2.begin(), p.b2.end(), host_data(dp.param(mlp.b2)));
 }
 
+/// Writes the gradients of samples [begin, end) at the current parameters into a host
+/// DataParallel's gradient arena (backward, as a task runs it on the compute stream).
+inline void mlp_write_gradients(DataParallel& dp, const Mlp& mlp, std::size_t begin,
+                                std::size_t end) {
+  const MlpTensors g = mlp_gradients(host_data(dp.param(mlp.w1)), host_data(dp.param(mlp.b1)),
+                                     host_data(dp.param(mlp.w2)), host_data(dp.param(mlp.b2)),
+                                     begin, end);
+  std::copy(g.w1.begin(), g.w1.end(), host_data(dp.grad(mlp.w1)));
+  std::copy(g.b1.begin(), g.b1.end(), host_data(dp.grad(mlp.b1)));
+  std::copy(g.w2.begin(), g.w2.end(), host_data(dp.grad(mlp.w2)));
+  std::copy(g.b2.begin(), g.b2.end(), host_data(dp.grad(mlp.b2)));
+}
+
 /// `steps` data-parallel SGD steps on a host DataParallel: rank r of n computes the gradient of
 /// samples [r B / n, (r + 1) B / n) and SGD updates the whole arena; backward and SGD run as
 /// tasks on the compute stream, so the engine's stream ordering is what makes the result right.
@@ -150,15 +163,7 @@ inline std::vector<float> mlp_train(DataParallel& dp, const Mlp& mlp, std::size_
   const std::size_t end = (r + 1) * batch / n;
   const Stream& stream = dp.compute_stream();
   for (int step = 0; step < steps; ++step) {
-    stream.enqueue([&dp, &mlp, begin, end] {
-      const MlpTensors g =
-          mlp_gradients(host_data(dp.param(mlp.w1)), host_data(dp.param(mlp.b1)),
-                        host_data(dp.param(mlp.w2)), host_data(dp.param(mlp.b2)), begin, end);
-      std::copy(g.w1.begin(), g.w1.end(), host_data(dp.grad(mlp.w1)));
-      std::copy(g.b1.begin(), g.b1.end(), host_data(dp.grad(mlp.b1)));
-      std::copy(g.w2.begin(), g.w2.end(), host_data(dp.grad(mlp.w2)));
-      std::copy(g.b2.begin(), g.b2.end(), host_data(dp.grad(mlp.b2)));
-    });
+    stream.enqueue([&dp, &mlp, begin, end] { mlp_write_gradients(dp, mlp, begin, end); });
     dp.grad_ready(mlp.b2);
     dp.grad_ready(mlp.w2);
     dp.grad_ready(mlp.b1);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <span>
 #include <vector>
 
@@ -113,6 +114,7 @@ void expect_kernel_matches_host(const cohort::kernels::UpdateHyper& hyper, std::
   const auto device_params = d_params.to_host();
   const auto device_master = d_master.to_host();
   const auto device_state0 = d_state0.to_host();
+  const auto device_state1 = d_state1.to_host();
   for (std::size_t i = 0; i < count; ++i) {
     const double expected = has_master ? static_cast<double>(master[i]) : to_double(params[i]);
     const double actual =
@@ -123,7 +125,13 @@ void expect_kernel_matches_host(const cohort::kernels::UpdateHyper& hyper, std::
     }
     const auto expected_state = static_cast<double>(state0[i]);
     ASSERT_NEAR(static_cast<double>(device_state0[i]), expected_state,
-                1e-6 * (1.0 + std::fabs(expected_state)));
+                1e-6 * (1.0 + std::fabs(expected_state)))
+        << "exp_avg (or the momentum buffer) at " << i;
+    // AdamW's exp_avg_sq: relative to itself, since it is about g^2 (small where g is).
+    const auto expected_square = static_cast<double>(state1[i]);
+    ASSERT_NEAR(static_cast<double>(device_state1[i]), expected_square,
+                1e-6 * std::fabs(expected_square) + 1e-30)
+        << "exp_avg_sq at " << i;
   }
 }
 
@@ -154,6 +162,73 @@ TYPED_TEST(CudaKernelTest, StepsMatchTheHostLoops) {
                                      2);
     expect_kernel_matches_host<P, G>({k::UpdateRule::sgd, {0.9f, 0.0f, 0.0f, true}, {}}, count, 3);
     expect_kernel_matches_host<P, G>({k::UpdateRule::sgd, {}, {}}, count, 4);
+  }
+}
+
+/// Every field of the step scalars and of the loss scaler's state, device against host.
+void expect_same_scalars(const cohort::kernels::StepScalars& got,
+                         const cohort::kernels::StepScalars& want,
+                         const cohort::kernels::LossScalerState& got_scaler,
+                         const cohort::kernels::LossScalerState& want_scaler) {
+  auto close = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) ||
+           std::fabs(static_cast<double>(a) - static_cast<double>(b)) <=
+               1e-6 * std::fabs(static_cast<double>(b));
+  };
+  EXPECT_EQ(got.step, want.step);
+  EXPECT_EQ(got.skip, want.skip);
+  EXPECT_EQ(got.first_step, want.first_step);
+  EXPECT_PRED2(close, got.lr, want.lr);
+  EXPECT_PRED2(close, got.grad_multiplier, want.grad_multiplier);
+  EXPECT_PRED2(close, got.grad_norm, want.grad_norm);
+  EXPECT_PRED2(close, got.step_size, want.step_size);
+  EXPECT_PRED2(close, got.inv_sqrt_bias_correction2, want.inv_sqrt_bias_correction2);
+  EXPECT_PRED2(close, got.decay, want.decay);
+  EXPECT_EQ(got_scaler.scale, want_scaler.scale);
+  EXPECT_EQ(got_scaler.growth_tracker, want_scaler.growth_tracker);
+  EXPECT_EQ(got_scaler.skipped_steps, want_scaler.skipped_steps);
+  EXPECT_EQ(got_scaler.last_found_inf, want_scaler.last_found_inf);
+}
+
+// prepare_step on one GPU thread against the host: clipping, an overflow that skips the step and
+// backs the scale off, growth at the interval, the warm-up/cosine schedule and AdamW's bias
+// corrections, over several steps in a row.
+TEST(CudaKernels, PrepareStepMatchesTheHost) {
+  SKIP_WITHOUT_GPU();
+  namespace k = cohort::kernels;
+  for (const k::UpdateRule rule : {k::UpdateRule::adamw, k::UpdateRule::sgd}) {
+    SCOPED_TRACE(rule == k::UpdateRule::adamw ? "AdamW" : "SGD");
+    k::PrepareArgs args;
+    args.base_lr = 3e-3f;
+    args.schedule = cohort::LrSchedule::warmup_cosine(2, 7);
+    args.hyper.rule = rule;
+    args.hyper.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+    args.max_grad_norm = 4.0f;
+    args.stats_valid = true;
+    args.use_scaler = true;
+    args.scaler.growth_interval = 2;
+    k::StepScalars host_scalars;
+    k::LossScalerState host_scaler;
+    host_scaler.scale = 1024.0f;
+    DeviceArray<k::StepScalars> d_scalars(std::vector<k::StepScalars>{host_scalars});
+    DeviceArray<k::LossScalerState> d_scaler(std::vector<k::LossScalerState>{host_scaler});
+    for (int step = 0; step < 8; ++step) {
+      SCOPED_TRACE(testing::Message() << "step " << step);
+      // Norms below and above the clip, an overflow at step 3; the scale is 2^k, so exact.
+      auto device_scalars = d_scalars.to_host();
+      for (k::StepScalars* s : {&host_scalars, &device_scalars[0]}) {
+        s->stats.sum_of_squares =
+            std::pow(static_cast<double>(host_scaler.scale) * (step % 2 == 0 ? 1.5 : 9.0), 2.0);
+        s->stats.nonfinite = step == 3 ? 1.0 : 0.0;
+      }
+      d_scalars.upload(device_scalars);
+      k::cuda::prepare_step(d_scalars.data(), d_scaler.data(), args, nullptr);
+      k::prepare_step(host_scalars, &host_scaler, args);
+      expect_same_scalars(d_scalars.to_host()[0], host_scalars, d_scaler.to_host()[0],
+                          host_scaler);
+    }
+    EXPECT_EQ(host_scaler.skipped_steps, 1);
+    EXPECT_EQ(host_scalars.step, 7);
   }
 }
 
@@ -280,6 +355,11 @@ TEST(CudaOptimizer, AdamWWithScalerAndClippingMatchesTheHostOptimizer) {
   std::size_t different = 0;
   for (std::size_t i = 0; i < kCount; ++i) {
     different += result[i].bits != host_params[i].bits ? 1u : 0u;
+    // The fp32 master weights agree to about 1e-6, so a bf16 value differs from the host's by
+    // a flipped rounding at most: one bf16 step (at most 2^-7 of the value), never more.
+    const double want = to_double(host_params[i]);
+    ASSERT_LE(std::fabs(to_double(result[i]) - want), std::ldexp(std::fabs(want), -7) + 1e-30)
+        << "param " << i << " drifted by more than one bf16 rounding";
   }
   // fp32 rounding differences may flip a bf16 rounding now and then, never often.
   EXPECT_LT(different, kCount / 1000) << different << " of " << kCount << " params differ";
