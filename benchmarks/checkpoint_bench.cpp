@@ -1,8 +1,11 @@
 // checkpoint_bench: a checkpoint's save and load throughput against the ceiling of the same bytes
-// written (with fsync) and read back sequentially in the same folder, and the stall an
-// asynchronous save puts on a training step (the step after `save_async`, with the save copied and
-// written in the background, against a step with nothing in flight). Host ranks as threads; medians of --repeats runs
-// after one warm-up.
+// written (with fsync) and read back sequentially in the same folder, and the time an
+// asynchronous save takes from training: `--window` steps after `save_async` (with the save copied
+// and written in the background), plus the wait for it to finish if it has not, against as many
+// steps with nothing in flight, measured in turn. A step is the all-reduce of the gradients and
+// AdamW's update, plus `--compute-ms` of forward and backward work on the CPU (a fixed amount of
+// arithmetic, timed once before the run), as in host training. Host ranks as threads; medians of
+// --repeats runs after one warm-up.
 //
 //     checkpoint_bench --ranks 2 --elements 4000000 --dir /tmp/ckpt-bench
 
@@ -98,6 +101,54 @@ std::pair<double, double> plain_io(const std::filesystem::path& folder, int rank
   return {write_seconds, read_seconds};
 }
 
+/// Reads every file under `folder` once (the checkpoint's files are written around the page cache;
+/// this puts them in it, as the plain write leaves its file, when the reads are not --cold).
+void read_through_cache(const std::filesystem::path& folder) {
+  std::vector<char> chunk(std::size_t{4} << 20);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(folder)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    while (::read(fd, chunk.data(), chunk.size()) > 0) {
+    }
+    ::close(fd);
+  }
+}
+
+/// The first field of /proc/loadavg (the 1-minute load average), or -1.
+double load_average() {
+  double load = -1;
+  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(file, "%lf", &load) != 1) load = -1;
+    std::fclose(file);
+  }
+  return load;
+}
+
+/// A fixed amount of floating-point work standing for a step's forward and backward on the CPU.
+double compute(std::uint64_t iterations, double seed) {
+  double a = seed, b = 1.0 - seed;
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    a = a * 0.999999 + b * 1e-6;
+    b = b * 0.999998 + a * 2e-6;
+  }
+  return a + b;
+}
+
+/// Iterations of `compute` that take about `milliseconds` on this core now (median of 5 tries).
+std::uint64_t calibrate(double milliseconds) {
+  if (milliseconds <= 0) return 0;
+  constexpr std::uint64_t kProbe = 2'000'000;
+  std::vector<double> seconds;
+  volatile double sink = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    sink = sink + compute(kProbe, 0.25);
+    seconds.push_back(seconds_since(start));
+  }
+  return static_cast<std::uint64_t>(milliseconds * 1e-3 / median(seconds) * kProbe);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,12 +159,19 @@ int main(int argc, char** argv) {
   std::string dir = "checkpoint_bench_dir";
   bool cold = false;
   bool gather = false;
+  int window = 4;
+  double compute_ms = 0;
   CLI::App app{"Checkpoint save/load throughput vs plain sequential I/O, and the async-save stall"};
   app.add_option("--ranks", ranks, "host ranks (threads)")->check(CLI::Range(1, 64));
   app.add_option("--elements", elements, "f32 parameters (AdamW adds two state arrays)")
       ->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "timed repetitions (after one warm-up)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "training steps for the stall measurement")->check(CLI::Range(4, 100000));
+  app.add_option("--steps", steps, "asynchronous saves for the stall measurement")->check(CLI::Range(4, 100000));
+  app.add_option("--window", window, "steps after each save_async that count towards its stall")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--compute-ms", compute_ms,
+                 "CPU work per step standing for forward and backward, in milliseconds on an idle core")
+      ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--dir", dir, "folder for the files (removed afterwards)");
   app.add_flag("--gather", gather,
                "load: each rank reads a slice of the replicated arrays and the ranks all-gather them");
@@ -122,9 +180,11 @@ int main(int argc, char** argv) {
   const std::filesystem::path folder = std::filesystem::absolute(dir);
   std::filesystem::create_directories(folder);
 
+  const double load_before = load_average();
+  const std::uint64_t compute_iterations = calibrate(compute_ms);
   std::mutex mutex;
   std::vector<double> save_seconds, load_seconds, plain_write, plain_read, step_plain, step_saving,
-      save_call;
+      save_call, first_plain, first_saving, save_steps;
   std::size_t checkpoint_bytes = 0;
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::gloo;
@@ -138,7 +198,9 @@ int main(int argc, char** argv) {
     cohort::AdamW optimizer(cohort::target_of(dp), {.lr = 1e-3f});
     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = folder / "ckpt", .keep_last = 1,
                                                          .gather_replicated = gather});
+    volatile double sink = 0;
     auto step = [&] {
+      sink = sink + compute(compute_iterations, 0.25 + 0.01 * world.rank());
       dp.grad_ready(cohort::ParamHandle{0});
       dp.sync_grads();
       optimizer.step();
@@ -150,10 +212,14 @@ int main(int argc, char** argv) {
       auto start = Clock::now();
       checkpoints.save({repeat, 0, 0, ""});
       const double save = seconds_since(start);
-      if (cold) {
-        if (world.rank() == 0) drop_cache(folder / "ckpt");
-        store_barrier(world.store(), "bench/cold/" + std::to_string(repeat), world.size(), world.timeout());
+      if (world.rank() == 0) {
+        if (cold) {
+          drop_cache(folder / "ckpt");
+        } else {
+          read_through_cache(folder / "ckpt");
+        }
       }
+      store_barrier(world.store(), "bench/cache/" + std::to_string(repeat), world.size(), world.timeout());
       start = Clock::now();
       checkpoints.load();
       const double load = seconds_since(start);
@@ -175,25 +241,39 @@ int main(int argc, char** argv) {
       plain_write.push_back(plain.first);
       plain_read.push_back(plain.second);
     }
-    // The stall: a step with no save in flight, then save_async followed by a step while the
-    // save is copied and written in the background (its copy overlaps the step until the
-    // optimizer's write; the writer competes for the cores). The difference is the stall.
+    // The stall: `window` steps with nothing in flight, then save_async and `window` steps while
+    // the save is copied and written in the background, then the wait for it to finish (when it
+    // has not yet). The difference of the two is the time the save took from training.
     for (int i = 0; i < steps; ++i) {
+      store_barrier(world.store(), "bench/stall/" + std::to_string(i), world.size(), world.timeout());
+      std::vector<double> plain_steps, saving_steps;
+      for (int s = 0; s < window; ++s) {
+        const auto start = Clock::now();
+        step();
+        plain_steps.push_back(seconds_since(start));
+      }
       auto start = Clock::now();
-      step();
-      const double plain_step = seconds_since(start);
-      start = Clock::now();
       checkpoints.save_async({1000 + i, 0, 0, ""});
       const double call = seconds_since(start);
-      step();
-      const double saving_step = seconds_since(start);
-      checkpoints.wait();  // the next plain step runs with nothing in flight
-      store_barrier(world.store(), "bench/stall/" + std::to_string(i), world.size(), world.timeout());
+      int finished_after = -1;  // steps after which the writer was done (rank 0's view)
+      for (int s = 0; s < window; ++s) {
+        const auto step_start = Clock::now();
+        step();
+        saving_steps.push_back(seconds_since(step_start));
+        if (finished_after < 0 && !checkpoints.save_in_flight()) finished_after = s + 1;
+      }
+      checkpoints.wait();
+      const double saving = seconds_since(start);
       if (world.rank() == 0 && i > 0) {
+        double plain = 0;
+        for (const double seconds : plain_steps) plain += seconds;
         const std::lock_guard lock(mutex);
-        step_plain.push_back(plain_step);
-        step_saving.push_back(saving_step);
+        step_plain.push_back(plain);
+        step_saving.push_back(saving);
         save_call.push_back(call);
+        first_plain.push_back(median(plain_steps));
+        first_saving.push_back(saving_steps.front());
+        save_steps.push_back(finished_after < 0 ? window + 1 : finished_after);
       }
     }
   }, world_options);
@@ -210,10 +290,16 @@ int main(int argc, char** argv) {
   std::printf("%-28s %10.4f %10.0f %7.2fx\n", "checkpoint save", save, mib / save, write / save);
   std::printf("%-28s %10.4f %10.0f %8s\n", "plain read", read, mib / read, "");
   std::printf("%-28s %10.4f %10.0f %7.2fx\n", "checkpoint load (all ranks)", load, mib / load, read / load);
-  const double step_ms = 1e3 * median(step_plain), saving_ms = 1e3 * median(step_saving);
-  std::printf("training step %.3f ms; save_async + the next step %.3f ms (the call itself %.3f ms):\n"
-              "save_async stall %.3f ms = %.1f%% of a step (medians)\n",
-              step_ms, saving_ms, 1e3 * median(save_call), saving_ms - step_ms,
-              100.0 * (saving_ms - step_ms) / step_ms);
+  const double step_ms = 1e3 * median(first_plain);
+  const double extra_ms = 1e3 * (median(step_saving) - median(step_plain));
+  const double first_ms = 1e3 * (median(first_saving) - median(first_plain));
+  std::printf("training step %.3f ms (%.1f ms of it compute); the save_async call %.3f ms;\n"
+              "first step after save_async: +%.3f ms = %.1f%% of a step;\n"
+              "%d steps after save_async plus the wait for the save: +%.3f ms = %.1f%% of one step "
+              "(%.2f%% per step); the save was done after %.0f steps (medians)\n",
+              step_ms, compute_ms, 1e3 * median(save_call), first_ms, 100.0 * first_ms / step_ms, window,
+              extra_ms, 100.0 * extra_ms / step_ms, 100.0 * extra_ms / step_ms / window, median(save_steps));
+  std::printf("%s; 1-minute load average %.2f before, %.2f after\n", cohort::bench::machine_line().c_str(),
+              load_before, load_average());
   return 0;
 }
