@@ -50,26 +50,52 @@ void drop_cache(const std::filesystem::path& path) {
     ::close(fd);
   };
   if (!std::filesystem::is_directory(path)) return drop(path);
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
+  for (const auto& entry : std::filesystem::directory_iterator(path)) {
     if (entry.is_regular_file()) drop(entry.path());
   }
 }
 
-/// The ceiling: `bytes` written to one new file per rank (each its share, one thread each) and
-/// fsynced, then read back.
-std::pair<double, double> plain_io(const std::filesystem::path& folder, int ranks, std::size_t bytes,
-                                   bool cold) {
+/// The ceilings, in seconds: `bytes` written to one new file per rank (each its share, one thread
+/// each) and fsynced; read back, each thread its file; and read back whole by every thread (the
+/// bytes each rank must hold when the arrays are replicated).
+struct PlainTimes {
+  double write = 0;
+  double read = 0;
+  double read_all = 0;
+};
+
+/// `size` bytes of `path` from `offset` into `into` with pread(2).
+void read_range(const std::filesystem::path& path, char* into, std::size_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::size_t done = 0;
+  while (fd >= 0 && done < size) {
+    const ssize_t n = ::pread(fd, into + done, size - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+PlainTimes plain_io(const std::filesystem::path& folder, int ranks, std::size_t bytes, bool cold) {
   const std::size_t share = bytes / static_cast<std::size_t>(ranks);
   std::vector<std::vector<char>> data(static_cast<std::size_t>(ranks), std::vector<char>(share, 7));
+  std::vector<std::vector<char>> whole(static_cast<std::size_t>(ranks),
+                                       std::vector<char>(share * static_cast<std::size_t>(ranks), 7));
+  auto file = [&](int r) { return folder / ("plain-" + std::to_string(r) + ".bin"); };
   auto each = [&](auto body) {
+    const auto start = Clock::now();
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r) threads.emplace_back(body, r);
     for (auto& thread : threads) thread.join();
+    return seconds_since(start);
   };
-  const auto write_start = Clock::now();
-  each([&](int r) {
-    const auto path = folder / ("plain-" + std::to_string(r) + ".bin");
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto drop = [&] {
+    if (!cold) return;
+    for (int r = 0; r < ranks; ++r) drop_cache(file(r));
+  };
+  PlainTimes times;
+  times.write = each([&](int r) {
+    const int fd = ::open(file(r).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     std::size_t done = 0;
     while (done < share) {
       const ssize_t n = ::write(fd, data[static_cast<std::size_t>(r)].data() + done, share - done);
@@ -79,33 +105,24 @@ std::pair<double, double> plain_io(const std::filesystem::path& folder, int rank
     ::fsync(fd);
     ::close(fd);
   });
-  const double write_seconds = seconds_since(write_start);
-  if (cold) {
-    for (int r = 0; r < ranks; ++r) drop_cache(folder / ("plain-" + std::to_string(r) + ".bin"));
-  }
-  const auto read_start = Clock::now();
-  each([&](int r) {
-    const auto path = folder / ("plain-" + std::to_string(r) + ".bin");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    std::size_t done = 0;
-    while (done < share) {
-      const ssize_t n = ::pread(fd, data[static_cast<std::size_t>(r)].data() + done, share - done,
-                                static_cast<off_t>(done));
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
+  drop();
+  times.read = each([&](int r) { read_range(file(r), data[static_cast<std::size_t>(r)].data(), share); });
+  drop();
+  times.read_all = each([&](int r) {
+    for (int other = 0; other < ranks; ++other) {
+      read_range(file(other), whole[static_cast<std::size_t>(r)].data() + share * static_cast<std::size_t>(other),
+                 share);
     }
-    ::close(fd);
   });
-  const double read_seconds = seconds_since(read_start);
-  for (int r = 0; r < ranks; ++r) std::filesystem::remove(folder / ("plain-" + std::to_string(r) + ".bin"));
-  return {write_seconds, read_seconds};
+  for (int r = 0; r < ranks; ++r) std::filesystem::remove(file(r));
+  return times;
 }
 
-/// Reads every file under `folder` once (the checkpoint's files are written around the page cache;
+/// Reads every file in `folder` once (the checkpoint's files are written around the page cache;
 /// this puts them in it, as the plain write leaves its file, when the reads are not --cold).
 void read_through_cache(const std::filesystem::path& folder) {
   std::vector<char> chunk(std::size_t{4} << 20);
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(folder)) {
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     if (!entry.is_regular_file()) continue;
     const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
@@ -184,7 +201,7 @@ int main(int argc, char** argv) {
   const std::uint64_t compute_iterations = calibrate(compute_ms);
   std::mutex mutex;
   std::vector<double> save_seconds, load_seconds, plain_write, plain_read, step_plain, step_saving,
-      save_call, first_plain, first_saving, save_steps;
+      save_call, first_plain, first_saving, save_steps, plain_read_all;
   std::size_t checkpoint_bytes = 0;
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::gloo;
@@ -210,23 +227,23 @@ int main(int argc, char** argv) {
     for (int repeat = 0; repeat <= repeats; ++repeat) {
       store_barrier(world.store(), "bench/save/" + std::to_string(repeat), world.size(), world.timeout());
       auto start = Clock::now();
-      checkpoints.save({repeat, 0, 0, ""});
+      const std::filesystem::path saved = checkpoints.save({repeat, 0, 0, ""});
       const double save = seconds_since(start);
       if (world.rank() == 0) {
         if (cold) {
-          drop_cache(folder / "ckpt");
+          drop_cache(saved);
         } else {
-          read_through_cache(folder / "ckpt");
+          read_through_cache(saved);
         }
       }
       store_barrier(world.store(), "bench/cache/" + std::to_string(repeat), world.size(), world.timeout());
       start = Clock::now();
       checkpoints.load();
       const double load = seconds_since(start);
-      std::pair<double, double> plain{0, 0};
+      PlainTimes plain;
       if (world.rank() == 0) {
         if (checkpoint_bytes == 0) {
-          for (const auto& entry : std::filesystem::recursive_directory_iterator(folder / "ckpt")) {
+          for (const auto& entry : std::filesystem::directory_iterator(saved)) {
             if (entry.is_regular_file() && entry.path().extension() == ".bin") checkpoint_bytes += entry.file_size();
           }
         }
@@ -238,8 +255,9 @@ int main(int argc, char** argv) {
       const std::lock_guard lock(mutex);
       save_seconds.push_back(save);
       load_seconds.push_back(load);
-      plain_write.push_back(plain.first);
-      plain_read.push_back(plain.second);
+      plain_write.push_back(plain.write);
+      plain_read.push_back(plain.read);
+      plain_read_all.push_back(plain.read_all);
     }
     // The stall: `window` steps with nothing in flight, then save_async and `window` steps while
     // the save is copied and written in the background, then the wait for it to finish (when it
@@ -289,7 +307,10 @@ int main(int argc, char** argv) {
   std::printf("%-28s %10.4f %10.0f %8s\n", "plain write+fsync", write, mib / write, "");
   std::printf("%-28s %10.4f %10.0f %7.2fx\n", "checkpoint save", save, mib / save, write / save);
   std::printf("%-28s %10.4f %10.0f %8s\n", "plain read", read, mib / read, "");
-  std::printf("%-28s %10.4f %10.0f %7.2fx\n", "checkpoint load (all ranks)", load, mib / load, read / load);
+  const double read_all = median(plain_read_all);
+  std::printf("%-28s %10.4f %10.0f %8s\n", "plain read, all by each rank", read_all, mib / read_all, "");
+  std::printf("%-28s %10.4f %10.0f %7.2fx %.2fx of all by each\n", "checkpoint load (all ranks)", load,
+              mib / load, read / load, read_all / load);
   const double step_ms = 1e3 * median(first_plain);
   const double extra_ms = 1e3 * (median(step_saving) - median(step_plain));
   const double first_ms = 1e3 * (median(first_saving) - median(first_plain));
