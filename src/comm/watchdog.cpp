@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -38,12 +39,28 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
       what += " failed: " + cause + ". ";
     }
     const auto watchdog = context.watchdog.lock();
+    std::optional<std::string> earlier;
     if (watchdog) {
-      if (auto earlier = watchdog->published_failure()) {
+      earlier = watchdog->published_failure();
+      if (earlier) {
         what += "It follows an earlier failure: " + *earlier + " ";
       }
     }
-    what += diagnose_stragglers(context, record.sequence);
+    // Note [Failing an aborted collective]
+    // A collective on a communicator aborted here, or one that fails after another rank
+    // published its failure, has its cause said already: in the abort's reason, or in the
+    // earlier failure (which names the ranks that had not arrived, if that was it). Asking every
+    // rank for its progress again would only wait, up to 1.5 s, for ranks that may be gone or
+    // whose communicators were aborted (they no longer answer). Shared memory wakes every rank's
+    // waits at once when one rank aborts the segment, so there this was most of a failure's time.
+    if (context.aborted()) {
+      const std::string reason = context.abort_reason();
+      if (cause.find(reason) == std::string::npos) {
+        what += "The communicator was aborted: " + reason + " ";
+      }
+    } else if (!earlier) {
+      what += diagnose_stragglers(context, record.sequence);
+    }
     const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
                                 "every rank issues the same collectives in the same order "
                                 "(COHORT_DEBUG_COLLECTIVES=1 checks it); COHORT_TIMEOUT for "
