@@ -12,6 +12,7 @@
 #include <cohort/launch/store_group.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <deque>
@@ -87,6 +88,9 @@ class CommContext {
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
 };
+
+/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
+inline constexpr std::chrono::milliseconds kAnswerWait{1500};
 
 /// Reads each member's published progress and names those that had not reached `sequence`.
 /// Never throws; a store that cannot be read is said so in the text.
