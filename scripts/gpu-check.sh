@@ -250,6 +250,10 @@ if step "scaling_bench mlp, real compute, 1 GPU" 90 optional "$out_dir/scaling_b
      "$bin/scaling_bench" --workload mlp --ranks 1 --compute real --steps 20 --warmup 5; then
   quote "$out_dir/scaling_bench.log" 15
 fi
+if step "scaling_bench resnet50, real cuDNN convolutions, 1 GPU" 90 optional "$out_dir/scaling_bench_resnet50.log" \
+     "$bin/scaling_bench" --workload resnet50 --ranks 1 --compute real --steps 10 --warmup 3; then
+  quote "$out_dir/scaling_bench_resnet50.log" 12
+fi
 
 # ---- 6. the same MLP step in PyTorch ----------------------------------------------------------
 section "6. PyTorch eager, the same MLP step ($context)"

@@ -1,5 +1,7 @@
 #include "scaling/measure.hpp"
 
+#include "scaling/conv_work.hpp"
+
 #include <layers/bucket_json.hpp>
 #include <layers/dataset.hpp>
 #include <layers/math.hpp>
@@ -85,6 +87,12 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     }
   };
   const double batch = setup.batch;
+  // Real compute of a convolutional workload runs its convolutions at the model's shapes (cuDNN
+  // on GPUs); its other layers, as every layer of the other workloads, run GEMMs of their FLOPs.
+  std::unique_ptr<ConvWork> convs;
+  if (!setup.simulated && !real_mlp && ConvWork::applies_to(setup.workload)) {
+    convs = std::make_unique<ConvWork>(math, setup.workload, setup.batch);
+  }
   std::vector<std::vector<cohort::ParamHandle>> layer_params;
   for (const layers::WorkloadLayer& layer : setup.workload.layers) {
     std::vector<cohort::ParamHandle> handles;
@@ -132,9 +140,19 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
                              1.0f / static_cast<float>(setup.batch),
                              static_cast<double*>(stats.data()), &dp);
     } else {
-      for (const layers::WorkloadLayer& layer : setup.workload.layers) work(layer.forward_flops * batch);
+      for (std::size_t l = 0; l < setup.workload.layers.size(); ++l) {
+        if (convs && convs->is_conv(l)) {
+          convs->forward(l, dp, layer_params[l][0]);
+        } else {
+          work(setup.workload.layers[l].forward_flops * batch);
+        }
+      }
       for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
-        work(2.0 * setup.workload.layers[l].forward_flops * batch);
+        if (convs && convs->is_conv(l)) {
+          convs->backward(l, dp, layer_params[l][0]);
+        } else {
+          work(2.0 * setup.workload.layers[l].forward_flops * batch);
+        }
         for (const cohort::ParamHandle handle : layer_params[l]) dp.grad_ready(handle);
       }
     }

@@ -1,5 +1,7 @@
 #include "scaling/report.hpp"
 
+#include "scaling/conv_work.hpp"
+
 #include <layers/bucket_json.hpp>
 
 #include "common/bench_common.hpp"
@@ -252,10 +254,17 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
                 "stream, %.0f ms a step; not a GPU measurement); communication: real\n", o.sim_tflops,
                 3.0 * w.forward_flops() * setup.batch / (o.sim_tflops * 1e12) * 1e3);
   } else {
-    std::printf("# compute: real (%s)\n", world.device().is_host()
-                                              ? "OpenBLAS on the host"
-                                              : (w.name == "mlp" ? "the MLP's layers, cuBLAS FP32"
-                                                                 : "cuBLAS TF32 GEMMs sized to each layer's FLOPs"));
+    const bool convs = w.name != "mlp" && ConvWork::applies_to(w);
+    const char* how = w.name == "mlp" ? (world.device().is_host() ? "the MLP's layers, OpenBLAS"
+                                                                  : "the MLP's layers, cuBLAS FP32")
+                      : convs ? (world.device().is_host()
+                                     ? "convolutions at the model's shapes, im2col + OpenBLAS; "
+                                       "other layers OpenBLAS GEMMs sized to their FLOPs"
+                                     : "convolutions at the model's shapes, cuDNN FP32 (no TF32); "
+                                       "other layers cuBLAS TF32 GEMMs sized to their FLOPs")
+                      : (world.device().is_host() ? "OpenBLAS GEMMs sized to each layer's FLOPs"
+                                                  : "cuBLAS TF32 GEMMs sized to each layer's FLOPs");
+    std::printf("# compute: real (%s)\n", how);
   }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);

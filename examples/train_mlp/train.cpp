@@ -5,6 +5,7 @@
 #include <layers/cnn.hpp>
 #include <layers/dataset.hpp>
 #include <layers/images.hpp>
+#include <layers/host_blas.hpp>
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
@@ -140,6 +141,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   result.device = world.device().to_string();
   result.parameters = model.parameter_count();
   result.buckets = dp.bucket_sizing();
+  if (world.device().is_host()) result.host_gemm = layers::describe_host_blas();
   if (log != nullptr) {
     std::fprintf(log,
                  "%s: %d ranks (%s, %s), %zu parameters (%s, %s), global "
@@ -150,6 +152,9 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  options.steps);
     std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
                  result.buckets.describe().c_str());
+    if (!result.host_gemm.empty()) {
+      std::fprintf(log, "%s: GEMM %s\n", program_name(options.model), result.host_gemm.c_str());
+    }
     std::fflush(log);
   }
 
@@ -360,6 +365,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
   out["buckets"] = layers::bucket_json(result.buckets);
+  out["host_gemm"] = result.host_gemm;
   out["memory"] = result.memory;
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},

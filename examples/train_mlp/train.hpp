@@ -79,6 +79,7 @@ struct TrainResult {
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   cohort::BucketSizing buckets;  ///< the caps the gradients were bucketed with, and why
+  std::string host_gemm;  ///< on host ranks, the GEMM library, kernels and threads (else empty)
   std::vector<float> params;  ///< every parameter in f32, registration order
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint

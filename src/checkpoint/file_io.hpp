@@ -6,14 +6,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace cohort::detail {
 
-/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it.
-void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes);
+/// Writes of a rank's file go out in chunks of this size (Note [Checkpoint direct I/O]).
+inline constexpr std::size_t kWriteChunk = std::size_t{4} << 20;
+/// The alignment of memory, offsets and lengths that O_DIRECT asks for (the page size covers
+/// every logical block size of the disks in use).
+inline constexpr std::size_t kDirectAlignment = 4096;
+
+/// Sees each chunk of a file's bytes, [offset, offset + size), just before it is written.
+using ChunkVisitor = std::function<void(std::size_t offset, std::size_t size)>;
+
+/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it. With
+/// `around_cache`, the aligned front of the file goes straight from `data` to the disk (O_DIRECT)
+/// where the file system allows it and `data` is aligned to kDirectAlignment, and only the tail
+/// through the page cache (Note [Checkpoint direct I/O]). `on_chunk` sees every chunk first.
+void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes,
+                        bool around_cache = false, const ChunkVisitor& on_chunk = nullptr);
 
 /// fsyncs a directory, so that the names created or renamed in it survive a power loss.
 void fsync_directory(const std::filesystem::path& path);

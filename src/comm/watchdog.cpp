@@ -100,12 +100,17 @@ std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, in
   return watchdog;
 }
 
-Watchdog::~Watchdog() {
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() noexcept {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
+  if (!thread_.joinable()) {
+    return;  // stopped before
+  }
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();  // the last reference went away on the watchdog's own thread
   } else {

@@ -34,11 +34,19 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   /// Starts the watchdog's thread. The thread holds the watchdog only while it works, so the
   /// last owner may let go at any time, even from a thread the watchdog is calling into.
   static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank);
+  /// Stops the thread, as `stop` does.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   void add(const std::shared_ptr<CommContext>& context);
+
+  /// Ends the watchdog's thread and waits for it (at most one tick and the store call in progress),
+  /// unless called on that thread. The World calls it when it is destroyed, so that no thread of
+  /// a World outlives it: the thread's own reference, held while it ticks, would otherwise be the
+  /// last one about half the time, and the thread would go on to destroy the watchdog's store
+  /// after the World, possibly after `main` (Note [Host worker teardown]).
+  void stop() noexcept;
 
   /// Publishes `message` as the world's failure (the first one published wins) and aborts every
   /// communicator of this rank.

@@ -17,41 +17,51 @@ double product(const Shape& shape) {
 
 // ---- ResNet-50 (torchvision v1.5) ----
 
-// A convolution without bias, followed by batch norm: one layer of three tensors. `spatial` is
-// the output's height x width; FLOPs count 2 per multiply-add, plus a few per output for the norm.
-void conv_bn(Workload& w, const std::string& conv, const std::string& bn, std::size_t in,
-             std::size_t out, std::size_t kernel, std::size_t spatial) {
+// A convolution without bias, followed by batch norm: one layer of three tensors, over a square
+// input of `in_size` pixels, padded to keep the size at stride 1 (as torchvision pads). FLOPs
+// count 2 per multiply-add, plus a few per output for the norm. Returns the output's size.
+int conv_bn(Workload& w, const std::string& conv, const std::string& bn, int in, int out,
+            int kernel, int stride, int in_size) {
+  const ConvGeometry geometry{.input = {1, in, in_size, in_size}, .filters = out, .kernel = kernel,
+                              .stride = stride, .padding = kernel / 2};
+  const auto k = static_cast<std::size_t>(kernel);
+  const auto filters = static_cast<std::size_t>(out);
   WorkloadLayer layer;
   layer.name = conv;
-  layer.params.push_back({conv + ".weight", {out, in, kernel, kernel}});
-  layer.params.push_back({bn + ".weight", {out}});
-  layer.params.push_back({bn + ".bias", {out}});
-  const double outputs = static_cast<double>(out) * static_cast<double>(spatial * spatial);
-  layer.forward_flops = 2.0 * outputs * static_cast<double>(in * kernel * kernel) + 4.0 * outputs;
+  layer.params.push_back({conv + ".weight", {filters, static_cast<std::size_t>(in), k, k}});
+  layer.params.push_back({bn + ".weight", {filters}});
+  layer.params.push_back({bn + ".bias", {filters}});
+  const double outputs = static_cast<double>(geometry.output().count());
+  layer.forward_flops = geometry.forward_flops() + 4.0 * outputs;
+  layer.conv = geometry;
   w.layers.push_back(std::move(layer));
+  return geometry.output().h;
 }
 
 Workload resnet50() {
   Workload w{.name = "resnet50", .sample_unit = "images", .layers = {}, .default_batch_per_rank = 32};
-  conv_bn(w, "conv1", "bn1", 3, 64, 7, 112);
-  const std::size_t blocks[] = {3, 4, 6, 3};
-  const std::size_t widths[] = {64, 128, 256, 512};
-  const std::size_t sizes[] = {56, 28, 14, 7};
-  std::size_t in = 64;
-  for (std::size_t stage = 0; stage < 4; ++stage) {
-    const std::size_t width = widths[stage];
-    const std::size_t out = width * 4;
-    for (std::size_t block = 0; block < blocks[stage]; ++block) {
+  // conv1 (224 -> 112), then a 3x3 max pool of stride 2 (112 -> 56, no parameters).
+  conv_bn(w, "conv1", "bn1", 3, 64, 7, 2, 224);
+  int size = 56;
+  const int blocks[] = {3, 4, 6, 3};
+  const int widths[] = {64, 128, 256, 512};
+  int in = 64;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int width = widths[stage];
+    const int out = width * 4;
+    for (int block = 0; block < blocks[stage]; ++block) {
       const std::string prefix = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
-      // The first block of stages 2-4 halves the size in its 3x3 convolution (v1.5).
-      const std::size_t in_size = block == 0 && stage > 0 ? sizes[stage - 1] : sizes[stage];
-      conv_bn(w, prefix + ".conv1", prefix + ".bn1", in, width, 1, in_size);
-      conv_bn(w, prefix + ".conv2", prefix + ".bn2", width, width, 3, sizes[stage]);
-      conv_bn(w, prefix + ".conv3", prefix + ".bn3", width, out, 1, sizes[stage]);
+      // The first block of stages 2-4 halves the size in its 3x3 convolution (v1.5), and its
+      // downsample path in its 1x1 convolution.
+      const int stride = block == 0 && stage > 0 ? 2 : 1;
+      conv_bn(w, prefix + ".conv1", prefix + ".bn1", in, width, 1, 1, size);
+      const int out_size = conv_bn(w, prefix + ".conv2", prefix + ".bn2", width, width, 3, stride, size);
+      conv_bn(w, prefix + ".conv3", prefix + ".bn3", width, out, 1, 1, out_size);
       if (block == 0) {
-        conv_bn(w, prefix + ".downsample.0", prefix + ".downsample.1", in, out, 1, sizes[stage]);
+        conv_bn(w, prefix + ".downsample.0", prefix + ".downsample.1", in, out, 1, stride, size);
       }
       in = out;
+      size = out_size;
     }
   }
   w.layers.push_back({"fc", {{"fc.weight", {1000, 2048}}, {"fc.bias", {1000}}}, 2.0 * 2048 * 1000});

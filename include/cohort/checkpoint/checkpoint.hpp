@@ -61,6 +61,7 @@
 #include <cohort/optim/loss_scaler.hpp>
 #include <cohort/optim/optimizer.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -105,6 +106,10 @@ struct CheckpointOptions {
   /// Unset: unless the communicator is Gloo over TCP (NCCL's and the shared-memory all-gather
   /// were faster than every rank reading all; Gloo's over TCP was slower; docs/checkpoint.md).
   std::optional<bool> gather_replicated = std::nullopt;
+  /// Save: write each rank's file around the page cache (O_DIRECT) where the file system allows
+  /// it, which saves the CPU time of copying the bytes into the page cache; a load right after
+  /// then reads them from the disk. Off: ordinary buffered writes.
+  bool direct_io = true;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,
   /// before_latest) instead kills the process with SIGKILL there, for tests with processes.
@@ -160,6 +165,10 @@ class Checkpointer {
   void snapshot(const TrainingState& state, Snapshot& into);
   void write_and_publish(Snapshot& snapshot);
   void publish(Snapshot& snapshot, const std::vector<std::string>& reports);
+  /// Hides the folders `names` under `root` and deletes them on a thread (Note [Checkpoint
+  /// deletion]); waits for the previous deletion first.
+  void delete_in_background(const std::filesystem::path& root, const std::vector<std::string>& names);
+  void finish_deleting() noexcept;
   /// Tries one checkpoint on every rank; returns the state, or the first error when any rank
   /// failed (the same on every rank).
   std::optional<TrainingState> try_load(const std::filesystem::path& folder, std::string& error);
@@ -172,7 +181,9 @@ class Checkpointer {
   std::unique_ptr<Store> store_;        ///< this rank's own connection (the writer uses it)
   std::unique_ptr<Snapshot> snapshot_;  ///< the one staging area, reused
   std::thread writer_;
+  std::atomic<bool> writing_{false};  ///< the writer has not finished yet
   std::exception_ptr writer_error_;
+  std::thread deleter_;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
   std::uint64_t saves_ = 0;
   std::uint64_t loads_ = 0;
 };

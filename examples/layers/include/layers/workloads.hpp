@@ -13,11 +13,15 @@
 ///
 /// ResNet-50 is torchvision's v1.5 (stride on the 3x3 convolution), batch-norm weights and biases
 /// included; BERT-large is BertModel (embeddings, 24 layers, pooler); GPT-2 124M is the GPT-2
-/// small of llm.c, its output projection tied to the token embedding.
+/// small of llm.c, its output projection tied to the token embedding. ResNet-50's convolutions
+/// carry their geometry, so that a benchmark on a GPU can run them as real cuDNN convolutions at
+/// the model's shapes (and on host ranks as the host convolutions, for a check).
 
+#include <layers/cnn_ops.hpp>
 #include <layers/mlp.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,9 @@ struct WorkloadLayer {
   std::string name;
   std::vector<WorkloadParam> params;
   double forward_flops = 0.0;
+  /// A convolution's geometry for one sample (`input.n` = 1; a batch sets n), NCHW. Its filter
+  /// is `params[0]`, whose element count is `conv->weight_count()`. Empty for other layers.
+  std::optional<ConvGeometry> conv = std::nullopt;
 };
 
 struct Workload {
