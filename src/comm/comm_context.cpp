@@ -138,12 +138,20 @@ void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
   while (!works_.empty() && works_.front()->finished()) {
     works_.pop_front();
+    ++tracking_steps_;
   }
+  ++tracking_steps_;  // the unfinished front, if any
   if (works_.size() >= sweep_at_) {
+    tracking_steps_ += works_.size();
     std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
     sweep_at_ = std::max<std::size_t>(64, 2 * works_.size());
   }
   works_.push_back(work);
+}
+
+std::uint64_t CommContext::tracking_steps() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return tracking_steps_;
 }
 
 std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {

@@ -79,6 +79,9 @@ class CommContext {
   void fail_in_flight(const std::exception_ptr& error);
   /// Unfinished works, oldest first (drops finished ones).
   std::vector<std::shared_ptr<WorkState>> in_flight();
+  /// How many works `track` has looked at so far: O(1) amortized per call (Note [Tracking
+  /// in-flight work]), however many are in flight.
+  std::uint64_t tracking_steps() const;
 
  private:
   std::atomic<bool> aborted_{false};
@@ -87,6 +90,7 @@ class CommContext {
   std::function<void()> backend_abort_;
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
+  std::uint64_t tracking_steps_ = 0;
 };
 
 /// How long a diagnosing rank waits for every watchdog to publish fresh progress.

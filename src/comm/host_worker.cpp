@@ -56,11 +56,18 @@ bool HostWorker::try_claim() {
 }
 
 void HostWorker::release() {
+  bool queued = false;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    queued = !tasks_.empty() || stopping_;
   }
-  wake_.notify_one();  // a task queued meanwhile waited for the claim
+  // Only a task queued meanwhile (or a stop) waited for the claim. Waking an idle worker for
+  // nothing would cost every inline collective a thread switch (Note [Small host collectives
+  // inline]).
+  if (queued) {
+    wake_.notify_one();
+  }
 }
 
 void HostWorker::run() {

@@ -47,17 +47,29 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     } else {
       what += " failed: " + cause + ". ";
     }
-    // A failure that follows another quotes it instead of asking the ranks for their progress
-    // again: the first one named who was missing, and asking costs up to 1.5 s when a node is
-    // gone (Note [Failing expired collectives in order]).
     const auto watchdog = context.watchdog.lock();
     std::optional<std::string> earlier;
     if (watchdog) {
       earlier = watchdog->published_failure();
+      if (earlier) {
+        what += "It follows an earlier failure: " + *earlier + " ";
+      }
     }
-    if (earlier) {
-      what += "It follows an earlier failure: " + *earlier + " ";
-    } else {
+    // Note [Failing an aborted collective]
+    // A collective on a communicator aborted here, or one that fails after another rank
+    // published its failure, has its cause said already: in the abort's reason, or in the
+    // earlier failure (which names the ranks that had not arrived, if that was it). Asking every
+    // rank for its progress again would only wait, up to 1.5 s, for ranks that may be gone or
+    // whose communicators were aborted (they no longer answer). Shared memory wakes every rank's
+    // waits at once when one rank aborts the segment, so there this was most of a failure's time.
+    // (Across nodes, the parts of a hierarchical collective: Note [Failing expired collectives
+    // in order].)
+    if (context.aborted()) {
+      const std::string reason = context.abort_reason();
+      if (cause.find(reason) == std::string::npos) {
+        what += "The communicator was aborted: " + reason + " ";
+      }
+    } else if (!earlier) {
       what += diagnose_stragglers(context, record.sequence);
     }
     const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
@@ -196,6 +208,7 @@ void Watchdog::answer_progress_request() {
 // each. The ones failed after it quote it instead of diagnosing again (fail_collective): when a
 // node is cut off, each diagnosis waits 1.5 s for progress that never comes, and a second one
 // pushed the store's side of a link cut from 7.6 to 9.2 s after the cut with a 6 s deadline.
+//
 // Note [Asking ahead of a deadline]
 // A diagnosis waits up to kAnswerWait for every member to answer its request for progress, and a
 // member on a node cut off from the store never answers: every such diagnosis added 1.5 s to the

@@ -99,8 +99,9 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
 };
 
 /// Fails `work` (and every other collective in flight on `context`) after a timeout
-/// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers, aborts the communicator,
-/// publishes the failure through the watchdog. The first failure of a work wins.
+/// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers (unless the communicator
+/// was aborted, whose reason says why), aborts the communicator, publishes the failure through
+/// the watchdog. The first failure of a work wins.
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                      const std::string& cause) noexcept;
 
