@@ -192,10 +192,17 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   }
 
   const auto features = static_cast<std::size_t>(sample_floats);
-  const auto start = Clock::now();
+  // The clock starts after the warm-up steps (first touches of the arenas, the pool's growth),
+  // with the stream drained so that no warm-up work is counted.
+  const int timed_from = std::min(first_step + options.warmup_steps, options.steps - 1);
+  auto start = Clock::now();
   auto window_start = start;
   int window_steps = 0, comm_samples = 0;
   for (int step = first_step; step < options.steps; ++step) {
+    if (step == timed_from && step > first_step) {
+      stream.synchronize();
+      start = Clock::now();
+    }
     if (preemption && preemption->agreed()) {
       checkpoints->save(state_now(step));
       result.preempted = true;
@@ -248,7 +255,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.samples_per_second =
-      (options.steps - first_step) * static_cast<double>(options.global_batch) / result.seconds;
+      (options.steps - timed_from) * static_cast<double>(options.global_batch) / result.seconds;
   result.comm_ms /= std::max(comm_samples, 1);
   result.exposed_ms /= std::max(comm_samples, 1);
 
@@ -310,6 +317,9 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   const int ranks = world.size();
   const int rank = world.rank();
   COHORT_EXPECTS(options.steps > 0, "--steps must be positive");
+  COHORT_EXPECTS(options.warmup_steps >= 0 && options.warmup_steps < options.steps,
+                 "--warmup-steps " + std::to_string(options.warmup_steps) +
+                     " must be at least 0 and fewer than --steps " + std::to_string(options.steps));
   COHORT_EXPECTS(options.global_batch > 0 && options.global_batch % ranks == 0,
                  "--global-batch " + std::to_string(options.global_batch) +
                      " must be a positive multiple of the " + std::to_string(ranks) + " ranks");
@@ -369,6 +379,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["memory"] = result.memory;
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
+                    {"warmup_steps", options.warmup_steps},
                     {"hidden", options.hidden},             {"layers", options.layers},
                     {"width", options.width},
                     {"optimizer", options.optimizer},       {"lr", options.lr},
