@@ -15,8 +15,6 @@ namespace cohort::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
-constexpr auto kAnswerWait = std::chrono::milliseconds(1500);
 
 std::int64_t unix_millis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -216,6 +214,9 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
     publish_progress(context);
     const auto give_up = Clock::now() + kAnswerWait;
     while (true) {
+      // A member that left a request made ahead of the deadline unanswered for kAnswerWait
+      // will not answer this one either: waiting for it only delays the error.
+      const std::int64_t settled = watchdog ? watchdog->settled_request() : 0;
       bool all_answered = true;
       for (int member = 0; member < context.size(); ++member) {
         Progress& p = progress[static_cast<std::size_t>(member)];
@@ -227,7 +228,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
         std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
         fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
         p.published = true;
-        all_answered = all_answered && p.answered >= request;
+        all_answered = all_answered && (p.answered >= request || p.answered < settled);
       }
       if (watchdog) {
         watchdog->answer_progress_request();

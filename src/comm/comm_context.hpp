@@ -12,6 +12,7 @@
 #include <cohort/launch/store_group.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <deque>
@@ -91,6 +92,9 @@ class CommContext {
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
   std::uint64_t tracking_steps_ = 0;
 };
+
+/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
+inline constexpr std::chrono::milliseconds kAnswerWait{1500};
 
 /// Reads each member's published progress and names those that had not reached `sequence`.
 /// Never throws; a store that cannot be read is said so in the text.

@@ -8,6 +8,8 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace cohort::detail {
 namespace {
@@ -33,8 +35,15 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
         std::chrono::duration<double>(Clock::now() - work.issued_at()).count();
     std::string what = "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
                        record.describe() + " on " + context.describe();
+    // Past its deadline, a collective that its backend fails (an abort caused by another rank's
+    // timeout) timed out too: the caller gets a TimeoutError whichever thread fails it first.
+    const bool past_deadline = !timed_out && Clock::now() >= work.deadline();
+    const std::string within =
+        " did not complete within " + std::to_string(context.timeout().count()) + " ms";
     if (timed_out) {
-      what += " did not complete within " + std::to_string(context.timeout().count()) + " ms. ";
+      what += within + ". ";
+    } else if (past_deadline) {
+      what += within + " and then failed: " + cause + ". ";
     } else {
       what += " failed: " + cause + ". ";
     }
@@ -53,6 +62,8 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     // rank for its progress again would only wait, up to 1.5 s, for ranks that may be gone or
     // whose communicators were aborted (they no longer answer). Shared memory wakes every rank's
     // waits at once when one rank aborts the segment, so there this was most of a failure's time.
+    // (Across nodes, the parts of a hierarchical collective: Note [Failing expired collectives
+    // in order].)
     if (context.aborted()) {
       const std::string reason = context.abort_reason();
       if (cause.find(reason) == std::string::npos) {
@@ -69,7 +80,7 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                                 context.recorder->dump();
     std::exception_ptr error;
     try {
-      if (timed_out) {
+      if (timed_out || past_deadline) {
         COHORT_FAIL(TimeoutError, details);
       } else {
         COHORT_FAIL(Error, details);
@@ -189,14 +200,64 @@ void Watchdog::answer_progress_request() {
   }
 }
 
+// Note [Failing expired collectives in order]
+// A collective of a composite communicator (the hierarchical all-reduce) runs collectives of its
+// parts, issued a little later and so due a little later; all may pass their deadlines within
+// one tick. The earliest is failed first: it is the outer one, whose members are every rank, so
+// its diagnosis names whole nodes ("node 1 (ranks 2, 3)") where a part would name one rank of
+// each. The ones failed after it quote it instead of diagnosing again (fail_collective): when a
+// node is cut off, each diagnosis waits 1.5 s for progress that never comes, and a second one
+// pushed the store's side of a link cut from 7.6 to 9.2 s after the cut with a 6 s deadline.
+//
+// Note [Asking ahead of a deadline]
+// A diagnosis waits up to kAnswerWait for every member to answer its request for progress, and a
+// member on a node cut off from the store never answers: every such diagnosis added 1.5 s to the
+// error. So once a collective is within kAnswerWait (and two ticks) of its deadline, the watchdog
+// asks every rank for progress ahead, at most once per kAnswerWait. Live ranks answer within a
+// tick and are asked again at the deadline, so the diagnosis still reads fresh progress; a
+// member that left the early request unanswered for kAnswerWait is not waited for again. The
+// cost is one store counter increment and one round of progress per kAnswerWait while a
+// collective nears its deadline, which with the default deadline means only a stuck one.
+std::int64_t Watchdog::settled_request() noexcept {
+  const std::lock_guard<std::mutex> lock(ahead_mutex_);
+  const auto now = Clock::now();
+  if (now - ahead_[1].at >= kAnswerWait) return ahead_[1].number;
+  return now - ahead_[0].at >= kAnswerWait ? ahead_[0].number : 0;
+}
+
 void Watchdog::check_deadlines() {
   const auto now = Clock::now();
+  const auto ahead = kAnswerWait + 2 * kTick;
+  std::vector<std::pair<std::shared_ptr<CommContext>, std::shared_ptr<WorkState>>> expired;
+  bool due_soon = false;
   for (const auto& context : contexts()) {
     for (const auto& work : context->in_flight()) {
-      if (!work->done() && now >= work->deadline()) {
-        fail_collective(*context, *work, /*timed_out=*/true, "");
+      if (work->done()) {
+        continue;
+      }
+      if (now >= work->deadline()) {
+        expired.emplace_back(context, work);
+      } else if (now + ahead >= work->deadline()) {
+        due_soon = true;
       }
     }
+  }
+  bool ask = false;
+  {
+    const std::lock_guard<std::mutex> lock(ahead_mutex_);
+    ask = due_soon && now - ahead_[1].at >= kAnswerWait;
+  }
+  if (ask) {
+    const std::int64_t request = request_progress();
+    const std::lock_guard<std::mutex> lock(ahead_mutex_);
+    ahead_[0] = ahead_[1];  // still settled when the newer one is not yet
+    ahead_[1] = {request, now};
+  }
+  std::stable_sort(expired.begin(), expired.end(), [](const auto& a, const auto& b) {
+    return a.second->deadline() < b.second->deadline();
+  });
+  for (const auto& [context, work] : expired) {
+    fail_collective(*context, *work, /*timed_out=*/true, "");
   }
 }
 

@@ -12,7 +12,8 @@
 // - a rank diagnosing a failure asks every rank for fresh progress (a counter in the store); each
 //   watchdog answers within a tick, tagging its progress with the request's number, so the
 //   diagnosis never blames a rank for progress it had not yet published, and a rank that does not
-//   answer at all is named as not responding.
+//   answer at all is named as not responding (asked ahead of the deadline too: Note [Asking
+//   ahead of a deadline] in watchdog.cpp).
 // The watchdog uses its own store connection, so a thread blocked on the store never stalls it.
 
 #include "comm_context.hpp"
@@ -63,6 +64,9 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   void answer_progress_request();
   /// The last progress request this rank answered.
   std::int64_t answered_request() const noexcept { return answered_request_.load(); }
+  /// The request this rank made ahead of a deadline (Note [Asking ahead of a deadline]) if it
+  /// was made at least kAnswerWait ago, else 0: a member that has not answered it is silent.
+  std::int64_t settled_request() noexcept;
 
  private:
   Watchdog(std::unique_ptr<Store> world_store, int global_rank);
@@ -84,6 +88,12 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   std::chrono::steady_clock::time_point next_peer_check_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::atomic<std::int64_t> answered_request_{0};
+  struct Request {
+    std::int64_t number = 0;
+    std::chrono::steady_clock::time_point at{};
+  };
+  std::mutex ahead_mutex_;
+  Request ahead_[2];  // the last two requests made ahead of a deadline, older first
   std::vector<std::weak_ptr<CommContext>> contexts_;
   std::thread thread_;
 };
