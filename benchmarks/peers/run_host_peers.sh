@@ -3,10 +3,13 @@
 # shared memory and over Gloo, against Open MPI's MPI_Allreduce (built here) and the memcpy
 # ceiling; train_mlp on 4 ranks against PyTorch DDP (gloo), from a virtual environment under the
 # build folder when torch can be installed. Every round runs each program once, interleaved, so
-# load on the machine hits all alike; the summary gives the median over rounds.
+# load on the machine hits all alike; the summary gives the median over rounds and the load
+# average before each program. Both trainers time --steps steps after --warmup untimed ones.
+# --mlp-only leaves out the all-reduce programs (the large models take minutes a round).
 #
 #   benchmarks/peers/run_host_peers.sh [--build build/host-only] [--rounds 3] [--out DIR]
 #       [--ranks 4] [--sizes 1K:64M] [--mlp "--hidden 256 --layers 3"] [--steps 300]
+#       [--warmup 10] [--mlp-only]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../../scripts/lib/common.sh
@@ -18,6 +21,8 @@ ranks=4
 sizes="1K:64M"
 mlp="--hidden 256 --layers 3"
 steps=300
+warmup=10
+mlp_only=0
 out=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -27,6 +32,8 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --mlp) mlp=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --mlp-only) mlp_only=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "run_host_peers.sh: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac
@@ -61,19 +68,37 @@ else
 fi
 
 read -r -a mlp_args <<<"$mlp"
+# The load average (1 min) before each program: "round program load".
+record_load() { echo "$1 $2 $(cut -d' ' -f1 /proc/loadavg)" >>"$out/load.txt"; }
+run_cohort_mlp() {
+  record_load "$1" train_mlp
+  "$cohortrun" --nproc-per-node "$ranks" "$train" "${mlp_args[@]}" --steps "$((steps + warmup))" \
+    --warmup-steps "$warmup" --log-every 0 \
+    --json "$out/train_mlp-$1.json" >"$out/train_mlp-$1.log" 2>&1
+}
+run_torch_mlp() {
+  [ -n "$python" ] || return 0
+  record_load "$1" torch
+  "$python" "$here/torch_ddp_mlp.py" --ranks "$ranks" "${mlp_args[@]}" --steps "$steps" \
+    --warmup "$warmup" >"$out/torch-$1.json" 2>"$out/torch-$1.log"
+}
 for round in $(seq 1 "$rounds"); do
   echo "== round $round of $rounds"
-  for transport in shm gloo; do
-    "$cohortrun" --nproc-per-node "$ranks" "$bench" --transport "$transport" -b "$min" -e "$max" \
-      -f 4 -n 20 -w 5 --json "$out/allreduce-$transport-$round.json" >"$out/allreduce-$transport-$round.log" 2>&1
-  done
-  mpirun "${mpirun_args[@]}" "$mpi_peer" "$(to_bytes "$min")" "$(to_bytes "$max")" 4 20 5 \
-    >"$out/mpi-$round.txt" 2>"$out/mpi-$round.log"
-  "$cohortrun" --nproc-per-node "$ranks" "$train" "${mlp_args[@]}" --steps "$steps" --log-every 0 \
-    --json "$out/train_mlp-$round.json" >"$out/train_mlp-$round.log" 2>&1
-  if [ -n "$python" ]; then
-    "$python" "$here/torch_ddp_mlp.py" --ranks "$ranks" "${mlp_args[@]}" --steps "$steps" \
-      >"$out/torch-$round.json" 2>"$out/torch-$round.log"
+  if [ "$mlp_only" -eq 0 ]; then
+    for transport in shm gloo; do
+      record_load "$round" "allreduce-$transport"
+      "$cohortrun" --nproc-per-node "$ranks" "$bench" --transport "$transport" -b "$min" -e "$max" \
+        -f 4 -n 20 -w 5 --json "$out/allreduce-$transport-$round.json" >"$out/allreduce-$transport-$round.log" 2>&1
+    done
+    record_load "$round" mpi
+    mpirun "${mpirun_args[@]}" "$mpi_peer" "$(to_bytes "$min")" "$(to_bytes "$max")" 4 20 5 \
+      >"$out/mpi-$round.txt" 2>"$out/mpi-$round.log"
+  fi
+  # The trainers take turns going first, so that neither always meets the other's leftovers.
+  if [ $((round % 2)) -eq 1 ]; then
+    run_cohort_mlp "$round"; run_torch_mlp "$round"
+  else
+    run_torch_mlp "$round"; run_cohort_mlp "$round"
   fi
 done
 python3 "$here/summarize_peers.py" "$out" | tee "$out/summary.md"

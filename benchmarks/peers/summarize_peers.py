@@ -29,6 +29,12 @@ def main(folder):
         for line in open(path):
             size, us = line.split()
             mpi.setdefault(int(size), []).append(float(us))
+    if rounds["shm"]:
+        summarize_allreduce(rounds, mpi)
+    summarize_training(folder)
+
+
+def summarize_allreduce(rounds, mpi):
     sizes = sorted({r["bytes"] for runs in rounds.values() for run in runs for r in run["records"]})
     count = len(rounds["shm"])
     machine = rounds["shm"][0]["machine"] if rounds["shm"] else "?"
@@ -49,23 +55,43 @@ def main(folder):
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
         print(f"| {label} | {fmt_us(shm)} | {fmt_us(gloo)} | {fmt_us(raw)} | {fmt_us(peer)} | "
               f"{fmt_us(copy)} | {ratio} |")
+
+
+def summarize_training(folder):
     train = load(os.path.join(folder, "train_mlp-*.json"))
     torch = load(os.path.join(folder, "torch-*.json"))
-    if train:
-        print(f"\ntrain_mlp vs PyTorch DDP (gloo), {train[0]['ranks']} ranks, "
-              f"{train[0]['parameters']} parameters, global batch "
-              f"{train[0]['options']['global_batch']}; medians over {len(train)} rounds\n")
-        print("| | samples/s | all-reduce ms/step | exposed ms/step |")
-        print("|---|---|---|---|")
-        print(f"| cohort ({train[0]['backend']}) | "
-              f"{median([t['samples_per_second'] for t in train]):.0f} | "
-              f"{median([t['comm_ms_per_step'] for t in train]):.2f} | "
-              f"{median([t['exposed_comm_ms_per_step'] for t in train]):.2f} |")
-        if torch:
-            print(f"| PyTorch {torch[0]['torch_version']} DDP | "
-                  f"{median([t['samples_per_second'] for t in torch]):.0f} | | |")
-        print(f"\ncohort buckets: {train[0]['buckets']}")
-
+    if not train:
+        return
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                  if line.startswith("model name")), "?")
+    print(f"\ntrain_mlp vs PyTorch DDP (gloo) on {model} x {os.cpu_count()}, {train[0]['ranks']} ranks, "
+          f"{train[0]['parameters']} parameters, global batch "
+          f"{train[0]['options']['global_batch']}; medians over {len(train)} rounds\n")
+    print("| | samples/s | all-reduce ms/step | exposed ms/step | per round (samples/s) |")
+    print("|---|---|---|---|---|")
+    rates = [round(t["samples_per_second"]) for t in train]
+    print(f"| cohort ({train[0]['backend']}) | {median(rates):.0f} | "
+          f"{median([t['comm_ms_per_step'] for t in train]):.2f} | "
+          f"{median([t['exposed_comm_ms_per_step'] for t in train]):.2f} | "
+          f"{', '.join(map(str, rates))} |")
+    if torch:
+        rates = [round(t["samples_per_second"]) for t in torch]
+        print(f"| PyTorch {torch[0]['torch_version']} DDP | {median(rates):.0f} | | | "
+              f"{', '.join(map(str, rates))} |")
+    print(f"\ncohort buckets: {train[0]['buckets']}")
+    if train[0].get("host_gemm"):
+        print(f"cohort GEMM: {train[0]['host_gemm']}")
+    if torch and "threads_per_rank" in torch[0]:
+        print(f"PyTorch: {torch[0]['threads_per_rank']} thread(s) per rank, {torch[0]['blas']}")
+    memory = train[0].get("memory", {})
+    if memory:
+        print(f"cohort memory per parameter: library "
+              f"{memory['library_bytes_per_parameter']:.2f} B, the example's own "
+              f"{memory['example_bytes_per_parameter']:.2f} B")
+    load_path = os.path.join(folder, "load.txt")
+    if os.path.exists(load_path):
+        loads = [float(line.split()[2]) for line in open(load_path) if line.strip()]
+        print(f"load average (1 min) before each program: {min(loads):.1f} to {max(loads):.1f}")
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -66,6 +66,8 @@ def rank_main(rank, args, port, results):
         results.put({
             "peer": "pytorch-ddp-gloo",
             "torch_version": torch.__version__,
+            "threads_per_rank": torch.get_num_threads(),
+            "blas": "MKL" if torch.backends.mkl.is_available() else "not MKL",
             "ranks": args.ranks,
             "parameters": parameters,
             "global_batch": args.global_batch,

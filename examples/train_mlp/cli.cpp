@@ -27,6 +27,9 @@ int run_cli(int argc, char** argv, Model model) {
                                     : "MLP classifier trained data-parallel with cohort",
                name};
   app.add_option("--steps", options.steps, "training steps")->check(cli::whole(1, 1e9));
+  app.add_option("--warmup-steps", options.warmup_steps,
+                 "first steps left out of the timing (fewer than --steps)")
+      ->check(cli::whole(0, 1e9));
   app.add_option("--global-batch", options.global_batch, "samples per step over all ranks")
       ->check(cli::whole(1, 1 << 24));
   app.add_option("--seed", options.seed, "seed of the data set and the initial weights");

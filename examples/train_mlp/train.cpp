@@ -5,6 +5,7 @@
 #include <layers/cnn.hpp>
 #include <layers/dataset.hpp>
 #include <layers/images.hpp>
+#include <layers/host_blas.hpp>
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
@@ -140,6 +141,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   result.device = world.device().to_string();
   result.parameters = model.parameter_count();
   result.buckets = dp.bucket_sizing();
+  if (world.device().is_host()) result.host_gemm = layers::describe_host_blas();
   if (log != nullptr) {
     std::fprintf(log,
                  "%s: %d ranks (%s, %s), %zu parameters (%s, %s), global "
@@ -150,6 +152,9 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  options.steps);
     std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
                  result.buckets.describe().c_str());
+    if (!result.host_gemm.empty()) {
+      std::fprintf(log, "%s: GEMM %s\n", program_name(options.model), result.host_gemm.c_str());
+    }
     std::fflush(log);
   }
 
@@ -187,10 +192,17 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   }
 
   const auto features = static_cast<std::size_t>(sample_floats);
-  const auto start = Clock::now();
+  // The clock starts after the warm-up steps (first touches of the arenas, the pool's growth),
+  // with the stream drained so that no warm-up work is counted.
+  const int timed_from = std::min(first_step + options.warmup_steps, options.steps - 1);
+  auto start = Clock::now();
   auto window_start = start;
   int window_steps = 0, comm_samples = 0;
   for (int step = first_step; step < options.steps; ++step) {
+    if (step == timed_from && step > first_step) {
+      stream.synchronize();
+      start = Clock::now();
+    }
     if (preemption && preemption->agreed()) {
       checkpoints->save(state_now(step));
       result.preempted = true;
@@ -243,7 +255,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.samples_per_second =
-      (options.steps - first_step) * static_cast<double>(options.global_batch) / result.seconds;
+      (options.steps - timed_from) * static_cast<double>(options.global_batch) / result.seconds;
   result.comm_ms /= std::max(comm_samples, 1);
   result.exposed_ms /= std::max(comm_samples, 1);
 
@@ -305,6 +317,9 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   const int ranks = world.size();
   const int rank = world.rank();
   COHORT_EXPECTS(options.steps > 0, "--steps must be positive");
+  COHORT_EXPECTS(options.warmup_steps >= 0 && options.warmup_steps < options.steps,
+                 "--warmup-steps " + std::to_string(options.warmup_steps) +
+                     " must be at least 0 and fewer than --steps " + std::to_string(options.steps));
   COHORT_EXPECTS(options.global_batch > 0 && options.global_batch % ranks == 0,
                  "--global-batch " + std::to_string(options.global_batch) +
                      " must be a positive multiple of the " + std::to_string(ranks) + " ranks");
@@ -360,9 +375,11 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["comm_ms_per_step"] = result.comm_ms;
   out["exposed_comm_ms_per_step"] = result.exposed_ms;
   out["buckets"] = layers::bucket_json(result.buckets);
+  out["host_gemm"] = result.host_gemm;
   out["memory"] = result.memory;
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
   out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
+                    {"warmup_steps", options.warmup_steps},
                     {"hidden", options.hidden},             {"layers", options.layers},
                     {"width", options.width},
                     {"optimizer", options.optimizer},       {"lr", options.lr},

@@ -31,6 +31,7 @@ enum class Model : std::uint8_t { mlp, cnn };
 struct TrainOptions {
   Model model = Model::mlp;
   int steps = 300;
+  int warmup_steps = 0;      ///< the first steps, left out of the timing (samples/s)
   int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
   std::uint64_t seed = 1;
   int hidden = 256;
@@ -74,11 +75,12 @@ struct TrainResult {
   double param_checksum = 0.0;        ///< sum of every parameter, as a double
   double param_abs_sum = 0.0;         ///< sum of |parameter|, the checksum's scale
   std::size_t parameters = 0;
-  double seconds = 0.0;               ///< the training loop, wall clock
+  double seconds = 0.0;               ///< the timed steps (after the warm-up), wall clock
   double samples_per_second = 0.0;
   double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   cohort::BucketSizing buckets;  ///< the caps the gradients were bucketed with, and why
+  std::string host_gemm;  ///< on host ranks, the GEMM library, kernels and threads (else empty)
   std::vector<float> params;  ///< every parameter in f32, registration order
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint

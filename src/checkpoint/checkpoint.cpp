@@ -14,6 +14,8 @@
 #include <cohort/version.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -76,6 +78,21 @@ void reach_save_point(const CheckpointOptions& options, SavePoint point, int ran
   if (options.test_hook) options.test_hook(point);
 }
 
+// Note [Checkpoint writer priority]
+// The background writer and the deletion of old checkpoints run at a lower priority (nice
+// kWriterNice) than training: where the training threads keep every core busy (host training, or
+// a host with fewer spare cores than ranks), the writer runs in the gaps (collective waits) and
+// in the time slices the scheduler still gives it, instead of taking a core from a step at once.
+// It is not SCHED_IDLE, which could starve the save for as long as the cores stay busy and run
+// into the store's timeouts; a save still finishes while training runs, only later. The copy to
+// staging keeps the normal priority: the optimizer's next step waits for it.
+void lower_thread_priority() noexcept {
+  constexpr int kWriterNice = 10;
+  const int current = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  // Only ever lowers; errors are harmless (the thread runs at the normal priority).
+  if (current < kWriterNice) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNice);
+}
+
 }  // namespace detail
 
 namespace {
@@ -83,6 +100,28 @@ namespace {
 std::string report_key(const std::string& prefix, int rank) {
   return prefix + "/rank/" + std::to_string(rank);
 }
+
+/// The checksums of a file's pieces, fed chunk by chunk in file order as the chunks are written.
+struct PieceChecksums {
+  explicit PieceChecksums(const std::vector<std::uint64_t>& sizes)
+      : piece_bytes(sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
+
+  /// Bytes [offset, offset + size) of `file`; `offset` is where the previous call ended.
+  void update(const unsigned char* file, std::uint64_t offset, std::uint64_t size) {
+    const std::uint64_t end = offset + size;
+    while (offset < end) {
+      while (offset >= piece_end) piece_end += piece_bytes[++piece];  // past empty pieces too
+      const std::uint64_t take = std::min(end, piece_end) - offset;
+      pieces[piece].update(file + offset, take);
+      offset += take;
+    }
+  }
+
+  const std::vector<std::uint64_t>& piece_bytes;
+  std::vector<Checksum> pieces;
+  std::size_t piece = 0;
+  std::uint64_t piece_end;
+};
 
 }  // namespace
 
@@ -115,6 +154,7 @@ Checkpointer::~Checkpointer() {
   } catch (const std::exception& error) {
     COHORT_LOG(error) << "the asynchronous checkpoint save failed: " << error.what();
   }
+  finish_deleting();
 }
 
 std::string Checkpointer::key_prefix() const {
@@ -122,7 +162,7 @@ std::string Checkpointer::key_prefix() const {
   return "checkpoint/" + checksum_to_hex(Checksum::of(directory.data(), directory.size()));
 }
 
-bool Checkpointer::save_in_flight() const noexcept { return writer_.joinable(); }
+bool Checkpointer::save_in_flight() const noexcept { return writing_.load(std::memory_order_acquire); }
 
 void Checkpointer::wait() {
   if (writer_.joinable()) writer_.join();
@@ -219,10 +259,18 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
 }
 
 void Checkpointer::Snapshot::reserve(std::uint64_t bytes) {
-  if (staging.size_bytes() < bytes) {
+  if (staging.size_bytes() < bytes + detail::kDirectAlignment) {
     staging.reset();
-    staging = Buffer(resource, static_cast<std::size_t>(bytes), MemoryCategory::other);
+    staging = Buffer(resource, static_cast<std::size_t>(bytes) + detail::kDirectAlignment,
+                     MemoryCategory::other);
   }
+}
+
+unsigned char* Checkpointer::Snapshot::bytes() noexcept {
+  const auto address = reinterpret_cast<std::uintptr_t>(staging.data());
+  const std::uintptr_t aligned = (address + detail::kDirectAlignment - 1) / detail::kDirectAlignment *
+                                 detail::kDirectAlignment;
+  return static_cast<unsigned char*>(staging.data()) + (aligned - address);
 }
 
 void Checkpointer::Snapshot::decode_counters() {
@@ -263,15 +311,15 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
     try {
       const std::filesystem::path file =
           incomplete / ("rank-" + std::to_string(snapshot.rank) + ".bin");
-      detail::write_file_durably(file, snapshot.bytes(), snapshot.size);
+      PieceChecksums checksums(snapshot.piece_bytes);
+      detail::write_file_durably(file, snapshot.bytes(), snapshot.size, options_.direct_io,
+                                 [&](std::size_t offset, std::size_t size) {
+                                   checksums.update(snapshot.bytes(), offset, size);
+                                 });
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
       std::ostringstream text;
       text << "ok " << snapshot.size;
-      std::uint64_t at = 0;
-      for (const std::uint64_t bytes : snapshot.piece_bytes) {
-        text << ' ' << checksum_to_hex(Checksum::of(snapshot.bytes() + at, bytes));
-        at += bytes;
-      }
+      for (const Checksum& checksum : checksums.pieces) text << ' ' << checksum_to_hex(checksum.digest());
       report = text.str();
     } catch (const std::exception& error) {
       report = std::string("error rank ") + std::to_string(snapshot.rank) + ": " + error.what();
@@ -280,13 +328,20 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
   store_->set(report_key(prefix, snapshot.rank), report);
 
   if (snapshot.rank == 0) {
+    std::string outcome = "ok";
+    try {
+      // While the other ranks finish their files: the fsync of `latest`'s new content is then
+      // not on the path from the data to the publish.
+      if (prepared == "ok") detail::prepare_latest(options_.directory, name);
+    } catch (const std::exception& error) {
+      outcome = std::string("error ") + error.what();
+    }
     std::vector<std::string> reports;
     for (int rank = 0; rank < snapshot.world_size; ++rank) {
       reports.push_back(store_->get(report_key(prefix, rank), timeout));
     }
-    std::string outcome = "ok";
     try {
-      publish(snapshot, reports);
+      if (outcome == "ok") publish(snapshot, reports);
     } catch (const std::exception& error) {
       outcome = std::string("error ") + error.what();
     }
@@ -363,29 +418,58 @@ void Checkpointer::publish(Snapshot& snapshot, const std::vector<std::string>& r
   detail::rename_path(incomplete, final_path);
   detail::fsync_directory(root);
   detail::reach_save_point(options_, SavePoint::before_latest, 0);
-  detail::write_latest(root, name);
+  detail::move_latest(root);  // prepared by write_and_publish
   if (is_latest) std::filesystem::remove_all(replaced);
 
-  // Keep the newest `keep_last` up to this one; delete older ones and any newer, unpublished one.
-  const std::vector<std::string> names = detail::list_checkpoints(root);
+  // Keep the newest `keep_last` up to this one; delete older ones and any newer, unpublished one,
+  // and what saves that crashed left (this save's own folder was renamed).
+  std::vector<std::string> doomed;
   int kept = 0;
-  for (const std::string& other : names) {
+  for (const std::string& other : detail::list_checkpoints(root)) {
     const bool newer = *detail::step_of_name(other) > manifest.step;
     const bool keep = !newer && (options_.keep_last == 0 || kept < options_.keep_last);
     if (!newer) ++kept;
-    if (!keep) {
-      std::error_code ignored;
-      std::filesystem::remove_all(root / other, ignored);
-    }
+    if (!keep) doomed.push_back(other);
   }
-  // Folders of saves that crashed before their rename (this save's own was renamed).
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
-    if (entry.path().filename().string().starts_with(".incomplete-")) {
-      std::error_code ignored;
-      std::filesystem::remove_all(entry.path(), ignored);
-    }
+    const std::string other = entry.path().filename().string();
+    // `latest`'s temporary files of saves that crashed before moving it (this one's has moved).
+    if (other.starts_with(".incomplete-") || other.starts_with(".latest.tmp-")) doomed.push_back(other);
   }
+  delete_in_background(root, doomed);
+}
+
+// Note [Checkpoint deletion]
+// Deleting an old checkpoint took as long as writing the new one on a disk mounted with
+// `discard` (each unlink of a large file waits for its blocks to be discarded). So a save only
+// renames what it deletes to `.deleting-<name>` (a rename: no checkpoint is half deleted under
+// its own name, and loads ignore dot-names), and a low-priority thread deletes those folders
+// while training goes on. The next publish and the destructor wait for it; a crash leaves
+// `.deleting-` folders, which the next save's deletion removes too.
+void Checkpointer::delete_in_background(const std::filesystem::path& root,
+                                        const std::vector<std::string>& names) {
+  finish_deleting();
+  for (const std::string& name : names) {
+    const std::string hidden = name.starts_with(".") ? name.substr(1) : name;
+    std::error_code error;
+    std::filesystem::rename(root / name, root / (".deleting-" + hidden), error);
+    if (error) std::filesystem::remove_all(root / name, error);  // a leftover holds that name
+  }
+  deleter_ = std::thread([root] {
+    detail::lower_thread_priority();
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+      if (entry.path().filename().string().starts_with(".deleting-")) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
+  });
+}
+
+void Checkpointer::finish_deleting() noexcept {
+  if (deleter_.joinable()) deleter_.join();
 }
 
 std::filesystem::path Checkpointer::save(const TrainingState& state) {
@@ -405,13 +489,17 @@ void Checkpointer::save_async(const TrainingState& state) {
   } else {
     snapshot_->copied->synchronize();
   }
+  writing_.store(true, std::memory_order_release);
   writer_ = std::thread([this] {
+    // Note [Checkpoint writer priority]: the writer yields the cores to training.
+    detail::lower_thread_priority();
     try {
       snapshot_->copied->synchronize();
       write_and_publish(*snapshot_);
     } catch (...) {
       writer_error_ = std::current_exception();
     }
+    writing_.store(false, std::memory_order_release);
   });
 }
 

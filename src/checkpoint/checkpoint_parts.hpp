@@ -46,7 +46,8 @@ struct Checkpointer::Snapshot {
   bool steps_copied = false;
   bool scaler_copied = false;
 
-  unsigned char* bytes() noexcept { return static_cast<unsigned char*>(staging.data()); }
+  /// The front of `staging`, aligned for O_DIRECT writes (Note [Checkpoint direct I/O]).
+  unsigned char* bytes() noexcept;
   /// Makes `staging` hold at least `bytes` bytes (its contents are not kept).
   void reserve(std::uint64_t bytes);
   /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`
@@ -68,6 +69,9 @@ PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank)
 /// fingerprint.
 std::vector<ManifestParam> manifest_params(const DataParallel& dp);
 std::string registry_fingerprint(const std::vector<ManifestParam>& params);
+
+/// Lowers the calling thread's priority (Note [Checkpoint writer priority]).
+void lower_thread_priority() noexcept;
 
 /// Acts on `COHORT_CHECKPOINT_CRASH_AT` and the test hook at `point`.
 void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank);

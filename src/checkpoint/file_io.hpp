@@ -6,14 +6,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace cohort::detail {
 
-/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it.
-void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes);
+/// Writes of a rank's file go out in chunks of this size (Note [Checkpoint direct I/O]).
+inline constexpr std::size_t kWriteChunk = std::size_t{4} << 20;
+/// The alignment of memory, offsets and lengths that O_DIRECT asks for (the page size covers
+/// every logical block size of the disks in use).
+inline constexpr std::size_t kDirectAlignment = 4096;
+
+/// Sees each chunk of a file's bytes, [offset, offset + size), just before it is written.
+using ChunkVisitor = std::function<void(std::size_t offset, std::size_t size)>;
+
+/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it. With
+/// `around_cache`, the aligned front of the file goes straight from `data` to the disk (O_DIRECT)
+/// where the file system allows it and `data` is aligned to kDirectAlignment, and only the tail
+/// through the page cache (Note [Checkpoint direct I/O]). `on_chunk` sees every chunk first.
+void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes,
+                        bool around_cache = false, const ChunkVisitor& on_chunk = nullptr);
 
 /// fsyncs a directory, so that the names created or renamed in it survive a power loss.
 void fsync_directory(const std::filesystem::path& path);
@@ -30,8 +44,12 @@ std::string read_whole_file(const std::filesystem::path& path);
 std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
                               std::size_t bytes);
 
-/// Points `<root>/latest` at `name` atomically: a temporary file, fsync, rename, fsync the root.
-void write_latest(const std::filesystem::path& root, const std::string& name);
+/// Points `<root>/latest` at `name` atomically in two halves: `prepare_latest` writes and fsyncs
+/// a temporary file holding the name (while the ranks write their files: it is not on the path
+/// from the last fsync of the data to the publish); `move_latest` renames it over `latest` and
+/// fsyncs the root.
+void prepare_latest(const std::filesystem::path& root, const std::string& name);
+void move_latest(const std::filesystem::path& root);
 
 /// The name `<root>/latest` holds, or nothing when there is no such file.
 std::optional<std::string> read_latest(const std::filesystem::path& root);

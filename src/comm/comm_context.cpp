@@ -15,8 +15,6 @@ namespace cohort::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
-constexpr auto kAnswerWait = std::chrono::milliseconds(1500);
 
 std::int64_t unix_millis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -140,12 +138,20 @@ void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
   while (!works_.empty() && works_.front()->finished()) {
     works_.pop_front();
+    ++tracking_steps_;
   }
+  ++tracking_steps_;  // the unfinished front, if any
   if (works_.size() >= sweep_at_) {
+    tracking_steps_ += works_.size();
     std::erase_if(works_, [](const std::shared_ptr<WorkState>& w) { return w->finished(); });
     sweep_at_ = std::max<std::size_t>(64, 2 * works_.size());
   }
   works_.push_back(work);
+}
+
+std::uint64_t CommContext::tracking_steps() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return tracking_steps_;
 }
 
 std::vector<std::shared_ptr<WorkState>> CommContext::in_flight() {
@@ -208,6 +214,9 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
     publish_progress(context);
     const auto give_up = Clock::now() + kAnswerWait;
     while (true) {
+      // A member that left a request made ahead of the deadline unanswered for kAnswerWait
+      // will not answer this one either: waiting for it only delays the error.
+      const std::int64_t settled = watchdog ? watchdog->settled_request() : 0;
       bool all_answered = true;
       for (int member = 0; member < context.size(); ++member) {
         Progress& p = progress[static_cast<std::size_t>(member)];
@@ -219,7 +228,7 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence) {
         std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
         fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
         p.published = true;
-        all_answered = all_answered && p.answered >= request;
+        all_answered = all_answered && (p.answered >= request || p.answered < settled);
       }
       if (watchdog) {
         watchdog->answer_progress_request();

@@ -12,6 +12,7 @@
 #include <cohort/launch/store_group.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <deque>
@@ -78,6 +79,9 @@ class CommContext {
   void fail_in_flight(const std::exception_ptr& error);
   /// Unfinished works, oldest first (drops finished ones).
   std::vector<std::shared_ptr<WorkState>> in_flight();
+  /// How many works `track` has looked at so far: O(1) amortized per call (Note [Tracking
+  /// in-flight work]), however many are in flight.
+  std::uint64_t tracking_steps() const;
 
  private:
   std::atomic<bool> aborted_{false};
@@ -86,7 +90,11 @@ class CommContext {
   std::function<void()> backend_abort_;
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
+  std::uint64_t tracking_steps_ = 0;
 };
+
+/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
+inline constexpr std::chrono::milliseconds kAnswerWait{1500};
 
 /// Reads each member's published progress and names those that had not reached `sequence`.
 /// Never throws; a store that cannot be read is said so in the text.

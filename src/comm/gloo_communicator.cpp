@@ -33,10 +33,10 @@ namespace {
 // Gloo cannot interrupt an operation blocked on a peer: closing the connections stops further
 // data but does not wake the waiting buffers, which wait for Gloo's own timeout. So each
 // operation gets the collective's deadline as its Gloo timeout (the watchdog diagnoses first: it
-// polls, Gloo would only say "timed out"), and the worker thread that runs operations is
-// detachable: a communicator destroyed after an abort leaves its worker to finish on its own,
-// holding what it uses (the Gloo context, the communicator's context) but nothing of the
-// communicator object, and never touching user buffers after the abort. Gloo's timeout is the
+// polls, Gloo would only say "timed out"), and a communicator destroyed after an abort waits for
+// its worker thread only so long (Note [Host worker teardown]): the worker holds what it uses
+// (the Gloo context, the communicator's context) but nothing of the communicator object, and
+// never touches user buffers after the abort. Gloo's timeout is the
 // deadline plus a grace, so that the watchdog, which knows more, is the one to report it.
 constexpr auto kGlooGrace = std::chrono::seconds(2);
 
@@ -305,8 +305,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
 }
 
 GlooCommunicator::~GlooCommunicator() {
-  // An aborted communicator may have an operation stuck in Gloo until its deadline; don't wait.
-  worker_->stop(/*detach=*/context().aborted());
+  worker_->stop(/*aborted=*/context().aborted());  // Note [Host worker teardown]
 }
 
 void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }

@@ -120,7 +120,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> 
 }
 
 HierarchicalCommunicator::~HierarchicalCommunicator() {
-  worker_->stop(/*detach=*/context().aborted());
+  worker_->stop(/*aborted=*/context().aborted());  // Note [Host worker teardown]
 }
 
 void* HierarchicalCommunicator::native_handle() const noexcept {

@@ -10,14 +10,19 @@
 namespace cohort::detail {
 
 std::shared_ptr<gloo::transport::Device> shared_gloo_device(const CommContext& context) {
-  const bool local_only = context.single_node_world;
-  static std::mutex mutex;
-  static std::weak_ptr<gloo::transport::Device> devices[2];
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto device = devices[local_only ? 1 : 0].lock();
+  struct Cache {
+    std::mutex mutex;
+    std::weak_ptr<gloo::transport::Device> devices[2];  // [local_only]
+  };
+  // Never destroyed: a worker left to finish after an abort may release a device while static
+  // destructors run (Note [Host worker teardown]).
+  static Cache* const cache = new Cache();
+  const std::size_t index = context.single_node_world ? 1 : 0;
+  const std::lock_guard<std::mutex> lock(cache->mutex);
+  auto device = cache->devices[index].lock();
   if (!device) {
-    device = make_gloo_device(local_only, context.store_host);
-    devices[local_only ? 1 : 0] = device;
+    device = make_gloo_device(context.single_node_world, context.store_host);
+    cache->devices[index] = device;
   }
   return device;
 }

@@ -21,17 +21,28 @@ void HostWorker::enqueue(std::function<void()> task) {
   wake_.notify_one();
 }
 
-void HostWorker::stop(bool detach) {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
+void HostWorker::stop(bool aborted) {
+  stop_within(aborted ? kAbortedWorkerPatience : std::chrono::milliseconds::max());
+}
+
+bool HostWorker::stop_within(std::chrono::milliseconds patience) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
   wake_.notify_one();
-  if (detach) {
-    thread_.detach();
+  const auto ended_now = [&] { return ended_; };
+  bool ended = true;
+  if (patience == std::chrono::milliseconds::max()) {
+    done_.wait(lock, ended_now);
   } else {
-    thread_.join();
+    ended = done_.wait_for(lock, patience, ended_now);
   }
+  lock.unlock();
+  if (ended) {
+    thread_.join();  // it has returned from run(): this waits only for the thread's exit
+  } else {
+    thread_.detach();  // Note [Host worker teardown]
+  }
+  return ended;
 }
 
 bool HostWorker::try_claim() {
@@ -44,11 +55,18 @@ bool HostWorker::try_claim() {
 }
 
 void HostWorker::release() {
+  bool queued = false;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    queued = !tasks_.empty() || stopping_;
   }
-  wake_.notify_one();  // a task queued meanwhile waited for the claim
+  // Only a task queued meanwhile (or a stop) waited for the claim. Waking an idle worker for
+  // nothing would cost every inline collective a thread switch (Note [Small host collectives
+  // inline]).
+  if (queued) {
+    wake_.notify_one();
+  }
 }
 
 void HostWorker::run() {
@@ -56,7 +74,9 @@ void HostWorker::run() {
   while (true) {
     wake_.wait(lock, [&] { return !running_ && (stopping_ || !tasks_.empty()); });
     if (tasks_.empty()) {
-      return;  // stopping, and everything queued has run
+      ended_ = true;  // stopping, and everything queued has run
+      done_.notify_all();
+      return;
     }
     std::function<void()> task = std::move(tasks_.front());
     tasks_.pop_front();

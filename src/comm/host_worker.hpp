@@ -8,6 +8,7 @@
 #include <cohort/comm/communicator.hpp>
 #include <cohort/detail/event_pool.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -17,14 +18,35 @@
 
 namespace cohort::detail {
 
-/// One thread running a communicator's operations in order. See Note [Aborting Gloo]: it can be
-/// detached, and then keeps itself alive until its queue is done.
+/// Note [Host worker teardown]
+/// A communicator's destructor stops its worker: the worker finishes what is queued, then ends.
+/// Without an abort the destructor joins it. After an abort the worker may still be inside an
+/// operation that nothing can interrupt (Note [Aborting Gloo]): a Gloo operation blocked on a
+/// peer ends only at Gloo's own timeout, the collective's deadline plus a grace. Joining it
+/// unconditionally would hold a failed rank up to a whole deadline. Detaching it always, as was
+/// done before, let the thread outlive `main`: it released the failed communicator's Gloo
+/// context and device while static destructors ran, which ThreadSanitizer reported as a race
+/// with the Gloo device cache's destruction. So the destructor waits for the worker at most
+/// `kAbortedWorkerPatience`, longer than the grace that ends a Gloo operation after a deadline
+/// and far longer than a collective needs to fail on a dead peer: in those cases (the common
+/// ones) the worker is joined and nothing of the communicator survives it. Only a worker still
+/// blocked past that (an operation on a live peer, after an abort from elsewhere) is detached;
+/// its tasks own everything they use (the communicator's context, the Gloo context, which owns
+/// its device), and the only static on that path, the Gloo device cache, is never destroyed
+/// (src/comm/host_select.cpp), so no destructor at exit runs under it.
+inline constexpr std::chrono::milliseconds kAbortedWorkerPatience{4000};
+
+/// One thread running a communicator's operations in order (Note [Host worker teardown]).
 class HostWorker {
  public:
   static std::shared_ptr<HostWorker> start();
   void enqueue(std::function<void()> task);
-  /// Finishes what is queued, then ends; waits for that unless `detach`.
-  void stop(bool detach);
+  /// Finishes what is queued, then ends. Waits for that, at most `kAbortedWorkerPatience` when
+  /// the communicator was `aborted`; a worker still busy then is left to finish on its own.
+  void stop(bool aborted);
+  /// `stop` with the longest wait given. Returns whether the worker ended (and was joined)
+  /// within it.
+  bool stop_within(std::chrono::milliseconds patience);
   /// When nothing is queued or running, marks the worker busy and returns true: an operation run
   /// now on the caller's thread keeps the communicator's order, and the worker runs nothing until
   /// `release()`, so the two never use the communicator's state at once (its mutex also orders
@@ -42,8 +64,10 @@ class HostWorker {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
+  std::condition_variable done_;  // signalled when run() returns
   bool stopping_ = false;
   bool running_ = false;
+  bool ended_ = false;
   EventPool input_events_{Device::host(), /*timing=*/false};
   std::thread thread_;
 };

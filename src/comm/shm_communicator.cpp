@@ -24,8 +24,8 @@ ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
 }
 
 ShmCommunicator::~ShmCommunicator() {
-  // An aborted collective ends at its next check (a few ms), but need not be waited for.
-  worker_->stop(/*detach=*/context().aborted());
+  // An aborted collective ends at its next check (a few ms).
+  worker_->stop(/*aborted=*/context().aborted());  // Note [Host worker teardown]
 }
 
 void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }

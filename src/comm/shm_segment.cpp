@@ -82,6 +82,11 @@ int spin_budget(int ranks) {
   return ranks <= cores ? 20000 : 50;
 }
 
+/// "rank 3" or "every rank", for messages.
+std::string waited_for(int rank, const CommContext& context) {
+  return rank >= 0 ? "rank " + std::to_string(context.global_rank(rank)) : "every rank";
+}
+
 std::string new_segment_name() {
   static std::atomic<std::uint64_t> created{0};
   std::ostringstream name;
@@ -258,9 +263,16 @@ void ShmSegment::abort(int by_rank) noexcept {
   wake_all();
 }
 
-void ShmSegment::check_health(Flag which, int rank, std::uint64_t seq,
+void ShmSegment::check_health(Flag which, int rank, std::uint64_t seq, Clock::time_point deadline,
                               const CommContext& context) const {
   if (const std::uint32_t by = word(kAbortLine, 0).load(); by != 0) {
+    // A rank that aborts at its deadline wakes the others at theirs: past it, this rank timed
+    // out as well, and says so as its own watchdog would have (Note [Failing an aborted
+    // collective]).
+    COHORT_CHECK(context.aborted() || Clock::now() < deadline, TimeoutError,
+                 "waited past the deadline for " + waited_for(rank, context) + " on " +
+                     context.describe() + ", which its rank " + std::to_string(by - 1) +
+                     " then aborted");
     COHORT_FAIL(Error, context.describe() + " was aborted" +
                            (context.aborted() ? ": " + context.abort_reason()
                                               : " by its rank " + std::to_string(by - 1)));
@@ -304,12 +316,10 @@ void ShmSegment::wait(Flag which, int rank, std::uint64_t seq, Clock::time_point
   while (true) {
     const auto now = Clock::now();
     if (now >= next_health) {
-      check_health(which, rank, seq, context);
+      check_health(which, rank, seq, deadline, context);
       COHORT_CHECK(now < deadline + kGrace, TimeoutError,
-                   "waited past the deadline for " +
-                       (rank >= 0 ? "rank " + std::to_string(context.global_rank(rank))
-                                  : std::string("every rank")) +
-                       " on " + context.describe());
+                   "waited past the deadline for " + waited_for(rank, context) + " on " +
+                       context.describe());
       next_health = now + kHealthEvery;
     }
     // Note [Posting to sleepers]

@@ -64,8 +64,10 @@ class ShmSegment {
   std::atomic_ref<std::uint64_t> flag(int rank, Flag flag) const noexcept;
   std::atomic_ref<std::uint32_t> word(std::size_t line, std::size_t offset) const noexcept;
   bool reached(Flag flag, int rank, std::uint64_t seq) const noexcept;
-  /// Throws if the segment or `context` is aborted or a process we wait for died.
-  void check_health(Flag flag, int rank, std::uint64_t seq, const CommContext& context) const;
+  /// Throws if the segment or `context` is aborted or a process we wait for died: a
+  /// TimeoutError when another rank aborted the segment after `deadline`.
+  void check_health(Flag flag, int rank, std::uint64_t seq, Clock::time_point deadline,
+                    const CommContext& context) const;
   void wake_all() const noexcept;
 
   std::string name_;

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace cohort::detail {
 namespace {
@@ -32,18 +35,43 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
         std::chrono::duration<double>(Clock::now() - work.issued_at()).count();
     std::string what = "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
                        record.describe() + " on " + context.describe();
+    // Past its deadline, a collective that its backend fails (an abort caused by another rank's
+    // timeout) timed out too: the caller gets a TimeoutError whichever thread fails it first.
+    const bool past_deadline = !timed_out && Clock::now() >= work.deadline();
+    const std::string within =
+        " did not complete within " + std::to_string(context.timeout().count()) + " ms";
     if (timed_out) {
-      what += " did not complete within " + std::to_string(context.timeout().count()) + " ms. ";
+      what += within + ". ";
+    } else if (past_deadline) {
+      what += within + " and then failed: " + cause + ". ";
     } else {
       what += " failed: " + cause + ". ";
     }
     const auto watchdog = context.watchdog.lock();
+    std::optional<std::string> earlier;
     if (watchdog) {
-      if (auto earlier = watchdog->published_failure()) {
+      earlier = watchdog->published_failure();
+      if (earlier) {
         what += "It follows an earlier failure: " + *earlier + " ";
       }
     }
-    what += diagnose_stragglers(context, record.sequence);
+    // Note [Failing an aborted collective]
+    // A collective on a communicator aborted here, or one that fails after another rank
+    // published its failure, has its cause said already: in the abort's reason, or in the
+    // earlier failure (which names the ranks that had not arrived, if that was it). Asking every
+    // rank for its progress again would only wait, up to 1.5 s, for ranks that may be gone or
+    // whose communicators were aborted (they no longer answer). Shared memory wakes every rank's
+    // waits at once when one rank aborts the segment, so there this was most of a failure's time.
+    // (Across nodes, the parts of a hierarchical collective: Note [Failing expired collectives
+    // in order].)
+    if (context.aborted()) {
+      const std::string reason = context.abort_reason();
+      if (cause.find(reason) == std::string::npos) {
+        what += "The communicator was aborted: " + reason + " ";
+      }
+    } else if (!earlier) {
+      what += diagnose_stragglers(context, record.sequence);
+    }
     const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
                                 "every rank issues the same collectives in the same order "
                                 "(COHORT_DEBUG_COLLECTIVES=1 checks it); COHORT_TIMEOUT for "
@@ -52,7 +80,7 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                                 context.recorder->dump();
     std::exception_ptr error;
     try {
-      if (timed_out) {
+      if (timed_out || past_deadline) {
         COHORT_FAIL(TimeoutError, details);
       } else {
         COHORT_FAIL(Error, details);
@@ -86,12 +114,17 @@ std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, in
   return watchdog;
 }
 
-Watchdog::~Watchdog() {
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() noexcept {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
+  if (!thread_.joinable()) {
+    return;  // stopped before
+  }
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();  // the last reference went away on the watchdog's own thread
   } else {
@@ -169,14 +202,64 @@ void Watchdog::answer_progress_request() {
   }
 }
 
+// Note [Failing expired collectives in order]
+// A collective of a composite communicator (the hierarchical all-reduce) runs collectives of its
+// parts, issued a little later and so due a little later; all may pass their deadlines within
+// one tick. The earliest is failed first: it is the outer one, whose members are every rank, so
+// its diagnosis names whole nodes ("node 1 (ranks 2, 3)") where a part would name one rank of
+// each. The ones failed after it quote it instead of diagnosing again (fail_collective): when a
+// node is cut off, each diagnosis waits 1.5 s for progress that never comes, and a second one
+// pushed the store's side of a link cut from 7.6 to 9.2 s after the cut with a 6 s deadline.
+//
+// Note [Asking ahead of a deadline]
+// A diagnosis waits up to kAnswerWait for every member to answer its request for progress, and a
+// member on a node cut off from the store never answers: every such diagnosis added 1.5 s to the
+// error. So once a collective is within kAnswerWait (and two ticks) of its deadline, the watchdog
+// asks every rank for progress ahead, at most once per kAnswerWait. Live ranks answer within a
+// tick and are asked again at the deadline, so the diagnosis still reads fresh progress; a
+// member that left the early request unanswered for kAnswerWait is not waited for again. The
+// cost is one store counter increment and one round of progress per kAnswerWait while a
+// collective nears its deadline, which with the default deadline means only a stuck one.
+std::int64_t Watchdog::settled_request() noexcept {
+  const std::lock_guard<std::mutex> lock(ahead_mutex_);
+  const auto now = Clock::now();
+  if (now - ahead_[1].at >= kAnswerWait) return ahead_[1].number;
+  return now - ahead_[0].at >= kAnswerWait ? ahead_[0].number : 0;
+}
+
 void Watchdog::check_deadlines() {
   const auto now = Clock::now();
+  const auto ahead = kAnswerWait + 2 * kTick;
+  std::vector<std::pair<std::shared_ptr<CommContext>, std::shared_ptr<WorkState>>> expired;
+  bool due_soon = false;
   for (const auto& context : contexts()) {
     for (const auto& work : context->in_flight()) {
-      if (!work->done() && now >= work->deadline()) {
-        fail_collective(*context, *work, /*timed_out=*/true, "");
+      if (work->done()) {
+        continue;
+      }
+      if (now >= work->deadline()) {
+        expired.emplace_back(context, work);
+      } else if (now + ahead >= work->deadline()) {
+        due_soon = true;
       }
     }
+  }
+  bool ask = false;
+  {
+    const std::lock_guard<std::mutex> lock(ahead_mutex_);
+    ask = due_soon && now - ahead_[1].at >= kAnswerWait;
+  }
+  if (ask) {
+    const std::int64_t request = request_progress();
+    const std::lock_guard<std::mutex> lock(ahead_mutex_);
+    ahead_[0] = ahead_[1];  // still settled when the newer one is not yet
+    ahead_[1] = {request, now};
+  }
+  std::stable_sort(expired.begin(), expired.end(), [](const auto& a, const auto& b) {
+    return a.second->deadline() < b.second->deadline();
+  });
+  for (const auto& [context, work] : expired) {
+    fail_collective(*context, *work, /*timed_out=*/true, "");
   }
 }
 
@@ -220,8 +303,8 @@ void Watchdog::publish_all_progress() {
 // thread's device, 0, which would create a context on GPU 0 in every rank's process (hundreds of
 // MiB each, on the GPU of rank 0). So the thread binds its rank's device once, before anything
 // else: the scopes then find it current and change nothing. NCCL's own threads bind their
-// device themselves. Checked on a machine with two GPUs (test_comm_gpu,
-// EachRankCreatesAContextOnItsOwnGpuOnly).
+// device themselves. test_comm_gpu's EachRankCreatesAContextOnItsOwnGpuOnly checks it where two
+// GPUs are present.
 void Watchdog::run(const std::weak_ptr<Watchdog>& weak, const std::function<void()>& bind_thread) {
   if (bind_thread) {
     try {

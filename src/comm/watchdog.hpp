@@ -12,7 +12,8 @@
 // - a rank diagnosing a failure asks every rank for fresh progress (a counter in the store); each
 //   watchdog answers within a tick, tagging its progress with the request's number, so the
 //   diagnosis never blames a rank for progress it had not yet published, and a rank that does not
-//   answer at all is named as not responding.
+//   answer at all is named as not responding (asked ahead of the deadline too: Note [Asking
+//   ahead of a deadline] in watchdog.cpp).
 // The watchdog uses its own store connection, so a thread blocked on the store never stalls it.
 
 #include "comm_context.hpp"
@@ -38,11 +39,19 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   /// cudaEventDestroy of a pooled event) create no context on device 0 (Note [Watchdog device]).
   static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank,
                                          std::function<void()> bind_thread = nullptr);
+  /// Stops the thread, as `stop` does.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   void add(const std::shared_ptr<CommContext>& context);
+
+  /// Ends the watchdog's thread and waits for it (at most one tick and the store call in progress),
+  /// unless called on that thread. The World calls it when it is destroyed, so that no thread of
+  /// a World outlives it: the thread's own reference, held while it ticks, would otherwise be the
+  /// last one about half the time, and the thread would go on to destroy the watchdog's store
+  /// after the World, possibly after `main` (Note [Host worker teardown]).
+  void stop() noexcept;
 
   /// Publishes `message` as the world's failure (the first one published wins) and aborts every
   /// communicator of this rank.
@@ -60,6 +69,9 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   void answer_progress_request();
   /// The last progress request this rank answered.
   std::int64_t answered_request() const noexcept { return answered_request_.load(); }
+  /// The request this rank made ahead of a deadline (Note [Asking ahead of a deadline]) if it
+  /// was made at least kAnswerWait ago, else 0: a member that has not answered it is silent.
+  std::int64_t settled_request() noexcept;
 
  private:
   Watchdog(std::unique_ptr<Store> world_store, int global_rank);
@@ -81,13 +93,20 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   std::chrono::steady_clock::time_point next_peer_check_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::atomic<std::int64_t> answered_request_{0};
+  struct Request {
+    std::int64_t number = 0;
+    std::chrono::steady_clock::time_point at{};
+  };
+  std::mutex ahead_mutex_;
+  Request ahead_[2];  // the last two requests made ahead of a deadline, older first
   std::vector<std::weak_ptr<CommContext>> contexts_;
   std::thread thread_;
 };
 
 /// Fails `work` (and every other collective in flight on `context`) after a timeout
-/// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers, aborts the communicator,
-/// publishes the failure through the watchdog. The first failure of a work wins.
+/// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers (unless the communicator
+/// was aborted, whose reason says why), aborts the communicator, publishes the failure through
+/// the watchdog. The first failure of a work wins.
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                      const std::string& cause) noexcept;
 

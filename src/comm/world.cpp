@@ -55,6 +55,9 @@ struct World::Impl {
     cross.reset();
     local.reset();
     global.reset();
+    if (watchdog) {
+      watchdog->stop();  // no thread of this World outlives it
+    }
   }
 };
 

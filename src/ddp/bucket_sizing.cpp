@@ -25,6 +25,7 @@ constexpr double kFixedShare = 0.10;  // of a bucket's time, at most
 constexpr double kMiddleFactor = 4.0;
 constexpr std::size_t kMinCap = 256;
 constexpr std::size_t kMaxCap = std::size_t{64} << 20;
+constexpr double kMinProbeUs = 1.0;
 
 std::size_t clamp_cap(double bytes) {
   if (!(bytes >= static_cast<double>(kMinCap))) {  // also NaN
@@ -66,6 +67,31 @@ std::string BucketSizing::describe() const {
          ", last " + format_bytes(last_bytes);
 }
 
+LinkEstimate fit_link(std::size_t small_bytes, double small_us, std::size_t large_bytes,
+                      double large_us) {
+  COHORT_EXPECTS(small_bytes > 0 && small_bytes < large_bytes,
+                 "fit_link needs 0 < small_bytes < large_bytes, got " +
+                     std::to_string(small_bytes) + " and " + std::to_string(large_bytes));
+  COHORT_EXPECTS(std::isfinite(small_us) && std::isfinite(large_us) && small_us >= 0.0 &&
+                     large_us >= 0.0,
+                 "fit_link needs finite, non-negative times, got " + std::to_string(small_us) +
+                     " and " + std::to_string(large_us) + " us");
+  // t(b) = alpha + b / beta. Noise can make the large probe no slower than the small one: then
+  // the bandwidth is at least what it alone shows. A time of 0 (a clock too coarse) counts as
+  // one microsecond rather than an infinite bandwidth.
+  const double small = std::max(small_us, kMinProbeUs);
+  const double large = std::max(large_us, kMinProbeUs);
+  const double extra = static_cast<double>(large_bytes - small_bytes);
+  LinkEstimate link;
+  link.bytes_per_us = large > small ? extra / (large - small)
+                                    : static_cast<double>(large_bytes) / large;
+  // Not the intercept small - small_bytes / beta, which noise makes 0 or negative (see Note
+  // [Automatic bucket sizes]): the small probe's whole time, and no less than the time the
+  // model gives its bytes.
+  link.alpha_us = std::max(small, static_cast<double>(small_bytes) / link.bytes_per_us);
+  return link;
+}
+
 namespace detail {
 
 LinkEstimate measure_link(Communicator& comm, Store& store,
@@ -97,17 +123,8 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
     std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
     return times[kRepeats / 2];
   };
-  const double small = median(small_times);
-  const double large = median(large_times);
-  LinkEstimate mine;
-  // t(b) = alpha + b / beta. alpha is the small probe's whole time: its 4 KiB are a few percent
-  // of it on any link whose alpha matters, and subtracting them through a noisy beta once gave
-  // alpha = 0, hence 256-byte buckets and hundreds of collectives a step. Noise can make the
-  // large probe no slower than the small one: then the bandwidth is at least what it alone shows.
-  const double extra = static_cast<double>(kLargeProbeBytes - kSmallProbeBytes);
-  mine.bytes_per_us = large > small ? extra / (large - small)
-                                    : static_cast<double>(kLargeProbeBytes) / large;
-  mine.alpha_us = small;
+  LinkEstimate mine = fit_link(kSmallProbeBytes, median(small_times), kLargeProbeBytes,
+                               median(large_times));
 
   // Rank 0's numbers for everyone. The n-th construction has the same number on every rank.
   const int rank = comm.rank();

@@ -56,6 +56,20 @@ TEST(Checksum, EveryFlippedBitAndEveryLengthChangesIt) {
   EXPECT_NE(Checksum::of(zeros.data(), 0), Checksum::of(zeros.data(), 1));
 }
 
+// The digest is part of the file format: checkpoints written by earlier versions must still
+// pass their checks. These are the digests the first implementation gave (bytes i*131+7).
+TEST(Checksum, DigestsAreThoseOfTheFormat) {
+  const std::vector<std::pair<std::size_t, std::string>> known = {
+      {0, "6097e4bc54386e8c"},  {1, "c3c44205432993fc"},    {31, "9d49f0a25f4cac9c"},
+      {32, "5c38a8e7009a3bae"}, {33, "a056a4985b4a7bd4"},   {1000, "2fe38a72530a15f1"},
+      {65537, "e3da80a021bf45d8"}};
+  for (const auto& [size, digest] : known) {
+    std::vector<unsigned char> bytes(size);
+    for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+    EXPECT_EQ(cohort::checksum_to_hex(Checksum::of(bytes.data(), size)), digest) << size << " bytes";
+  }
+}
+
 TEST(Checksum, HexRoundTripsAndRejectsJunk) {
   std::uint64_t value = 0;
   EXPECT_EQ(cohort::checksum_to_hex(0x0123456789abcdefULL), "0123456789abcdef");

@@ -64,4 +64,20 @@ TEST(Processes, AKilledRankIsNamedAndNobodyHangs) {
   }
 }
 
+// Note [Host worker teardown]: a rank whose collective failed at its deadline destroys its World
+// while its worker thread is still inside the Gloo operation (which ends at the deadline plus a
+// grace). The World's destruction used to leave that thread running, so it outlived main and
+// released the communicator while static destructors ran; now it is joined.
+TEST(Processes, NoThreadOutlivesAWorldThatFailedAtItsDeadline) {
+  const auto ranks = run_ranks(4, "hang", {"COHORT_TIMEOUT=3s"}, "hang");
+  for (int r : {0, 1, 3}) {
+    const cohort_test::ProcessRank& rank = ranks[static_cast<std::size_t>(r)];
+    ASSERT_TRUE(WIFEXITED(rank.status)) << report(ranks);
+    EXPECT_EQ(WEXITSTATUS(rank.status), 3) << report(ranks);
+    const std::string output = read_file(rank.output);
+    EXPECT_THAT(output, HasSubstr("did not complete within 3000 ms")) << report(ranks);
+    EXPECT_THAT(output, HasSubstr("threads left: 1\n")) << report(ranks);
+  }
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <thread>
@@ -96,6 +97,33 @@ TEST_F(WatchdogTest, AProbeThatThrowsFailsTheWorkPublishesAndAbortsWithinASecond
       << "the failure did not reach the store, so peers would wait";
   EXPECT_TRUE(eventually([&] { return context->aborted(); }));
   EXPECT_LT(Clock::now() - start, 1s);
+}
+
+// Note [Tracking in-flight work]: a loop that issues far ahead of the collectives running once
+// made every issue sweep every outstanding work, quadratic over a run (16k works ahead: about
+// 1.3e8 looks, which starved the threads running the collectives and looked like a stall). The
+// steps are counted, not timed, so load on the machine cannot change the verdict.
+TEST_F(WatchdogTest, TrackingManyOutstandingWorksCostsConstantStepsPerWork) {
+  constexpr std::size_t kWorks = 20000;
+  auto context = make_context(60s);
+  std::vector<std::shared_ptr<WorkState>> works;
+  std::mt19937 random(20261203);
+  for (std::size_t i = 0; i < kWorks; ++i) {
+    works.push_back(make_work(*context));
+    context->track(works.back());
+    // Half the time, one older work finishes, mostly not the oldest: the list keeps growing
+    // and its front stays unfinished.
+    if (i % 2 == 1) {
+      works[std::uniform_int_distribution<std::size_t>(i / 2, i)(random)]->complete();
+    }
+  }
+  const std::uint64_t steps = context->tracking_steps();
+  EXPECT_LE(steps, 4 * kWorks + 64) << "tracking looked at " << steps << " works for " << kWorks
+                                    << " issues: it sweeps the outstanding ones every time";
+  EXPECT_GE(steps, kWorks);  // it does look at the front every time
+  for (const auto& work : works) {
+    work->complete();
+  }
 }
 
 /// A backend whose enqueue does not return until the work it was given has failed (or 10 s).

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -200,6 +201,48 @@ TEST(BucketSizing, FixedCostStaysUnderATenthOfEachBucket) {
   EXPECT_THROW(cohort::choose_bucket_sizes({1.0, 0.0}), cohort::InvalidArgument);
   EXPECT_THAT(cohort::choose_bucket_sizes({20.0, 2000.0}).describe(),
               ::testing::HasSubstr("auto from alpha 20.0 us, beta 2.00 GB/s: first 351.75 KiB"));
+}
+
+}  // namespace
+
+namespace {
+
+// The stall once seen with automatic buckets: probe times on the line through the origin (4 KiB
+// in 4 us, 1 MiB in 1024 us) made the two-point intercept alpha = 0, hence 256-byte caps and
+// hundreds of all-reduces a step. alpha is never 0 and the caps never tiny, whatever the times.
+TEST(BucketSizing, TheLinkFitNeverGivesAZeroAlphaOrTinyCaps) {
+  constexpr std::size_t kSmall = std::size_t{4} << 10;
+  constexpr std::size_t kLarge = std::size_t{1} << 20;
+  const std::size_t floor = 9 * kSmall;  // alpha x beta >= 4 KiB, times 9 for the 10% share
+  auto check = [&](double small_us, double large_us) {
+    const cohort::LinkEstimate link = cohort::fit_link(kSmall, small_us, kLarge, large_us);
+    const cohort::BucketSizing sizing = cohort::choose_bucket_sizes(link);
+    EXPECT_GE(link.alpha_us, std::max(small_us, 1.0)) << small_us << " " << large_us;
+    EXPECT_GT(link.bytes_per_us, 0.0) << small_us << " " << large_us;
+    EXPECT_GE(sizing.first_bytes, floor) << sizing.describe();
+    EXPECT_GE(sizing.last_bytes, floor) << sizing.describe();
+    EXPECT_GE(sizing.middle_bytes, floor) << sizing.describe();
+  };
+  check(4.0, 1024.0);     // proportional: the intercept is exactly 0
+  check(4.0, 2048.0);     // slower than proportional: the intercept is negative
+  check(30.0, 20.0);      // noise: the large probe faster than the small one
+  check(0.0, 0.0);        // a clock too coarse to see either
+  check(20.0, 520.0);     // shared memory: alpha stays the small probe's time
+  std::mt19937 random(20261203);
+  for (int trial = 0; trial < 1000; ++trial) {
+    check(std::uniform_real_distribution<double>(0.0, 5000.0)(random),
+          std::uniform_real_distribution<double>(0.0, 500000.0)(random));
+    if (HasFailure()) {
+      break;  // one counterexample says enough
+    }
+  }
+  const cohort::LinkEstimate shm = cohort::fit_link(kSmall, 20.0, kLarge, 520.0);
+  EXPECT_DOUBLE_EQ(shm.alpha_us, 20.0);
+  EXPECT_DOUBLE_EQ(shm.bytes_per_us, static_cast<double>(kLarge - kSmall) / 500.0);
+  EXPECT_THROW(cohort::fit_link(kLarge, 1.0, kSmall, 2.0), cohort::InvalidArgument);
+  EXPECT_THROW(cohort::fit_link(0, 1.0, kSmall, 2.0), cohort::InvalidArgument);
+  EXPECT_THROW(cohort::fit_link(kSmall, -1.0, kLarge, 2.0), cohort::InvalidArgument);
+  EXPECT_THROW(cohort::fit_link(kSmall, 1.0, kLarge, std::nan("")), cohort::InvalidArgument);
 }
 
 }  // namespace

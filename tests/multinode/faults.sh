@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Cross-node faults on 2 fake hosts x 2 ranks, each case timed from the fault: every cohortrun,
-# on both sides, must end with an error within COHORT_TIMEOUT + 5 s that names what went away.
+# on both sides, must end with an error within COHORT_TIMEOUT + 5 s that names what went away
+# (the store's node within COHORT_TIMEOUT + 3 s when a link is cut).
 #   cut 1     node 1's link goes down mid-training (the store stays with node 0)
 #   cut 0     node 0's link goes down: the store's host vanishes without a word
 #   kill 0    every process on node 0 is killed (SIGKILL): the store dies, its sockets close
@@ -11,14 +12,22 @@ export COHORT_TIMEOUT=${timeout_s}s
 bound=$((timeout_s + 5))
 cluster_up 2
 
-# within NAME FROM NODE: node NODE's cohortrun ended with an error within the bound after FROM.
+# The store's node diagnoses no longer than the deadline when the other node is cut off: its
+# watchdog asked for progress ahead of the deadline (Note [Asking ahead of a deadline]), and the
+# collectives failed after the first quote it (Note [Failing expired collectives in order]).
+# What remains is the wait for the worker blocked in Gloo, which ends at Gloo's own timeout, the
+# deadline + 2 s (Note [Host worker teardown]): each rank ends about 8 s after the cut.
+store_bound=$((timeout_s + 3))
+
+# within NAME FROM NODE [BOUND]: node NODE's cohortrun ended with an error within BOUND (default
+# $bound) seconds after FROM.
 within() {
-  local name=$1 from=$2 node=$3 status took
+  local name=$1 from=$2 node=$3 limit=${4:-$bound} status took
   wait_node "$node"
   status=$?
   took=$(seconds "$from" "${node_ended[$node]}")
-  check "$name: node $node ends with an error after ${took} s (bound $bound s)" \
-    "$([ $status -ne 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'; echo $?)" \
+  check "$name: node $node ends with an error after ${took} s (bound $limit s)" \
+    "$([ $status -ne 0 ] && awk -v t="$took" -v b="$limit" 'BEGIN { exit !(t <= b) }'; echo $?)" \
     "exit $status after $took s: $(grep -v '^\[rank [0-9]*\]   #' "$work/node$node.log" | tail -n 4)"
 }
 
@@ -47,7 +56,7 @@ start_training() {
 start_training 29531
 fault=$(now)
 "$fake_cluster" cut 1
-within "cut 1" "$fault" 0
+within "cut 1" "$fault" 0 "$store_bound"
 within "cut 1" "$fault" 1
 names "cut 1" 0 'node 1 \(ranks 2, 3\) does not answer'
 names "cut 1" 1 'node 0 \(ranks 0, 1\), where the store runs'
@@ -57,7 +66,7 @@ names "cut 1" 1 'node 0 \(ranks 0, 1\), where the store runs'
 start_training 29532
 fault=$(now)
 "$fake_cluster" cut 0
-within "cut 0" "$fault" 0
+within "cut 0" "$fault" 0 "$store_bound"
 within "cut 0" "$fault" 1
 names "cut 0" 0 'node 1 \(ranks 2, 3\) does not answer'
 names "cut 0" 1 'node 0 \(ranks 0, 1\), where the store runs'

@@ -2,6 +2,7 @@
 // on the host stream, on the host.
 
 #include <layers/math.hpp>
+#include <layers/host_blas.hpp>
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
@@ -71,7 +72,7 @@ constexpr int kMaxDepth = 4096;
 
 Math::Math(cohort::Stream stream) : stream_(std::move(stream)) {
   if (device().is_host()) {
-    openblas_set_num_threads(1);
+    use_one_blas_thread();  // Note [OpenBLAS kernels] in host_blas.cpp
     resource_ = std::make_shared<cohort::HostResource>();
     return;
   }

@@ -24,9 +24,11 @@
 ///   1. each rank copies its pieces (Note [Checkpoint arrays]) to host memory (the stall);
 ///   2. rank 0 empties `<directory>/.incomplete-step-N/`; each rank then writes its file there
 ///      and fsyncs it, and reports its size and checksums (or its error) through the store;
-///   3. rank 0, once every rank reported success, writes the manifest, fsyncs the folder, renames
-///      it to `step-N`, fsyncs `<directory>`, then moves `latest` (a temporary file, fsync,
-///      rename, fsync) and deletes all but the newest `keep_last` checkpoints;
+///   3. rank 0, once its own file is written, writes and fsyncs a temporary file naming `step-N`;
+///      once every rank reported success, it writes the manifest, fsyncs the folder, renames it
+///      to `step-N`, fsyncs `<directory>`, then renames the temporary file over `latest`, fsyncs
+///      `<directory>`, and deletes all but the newest `keep_last` checkpoints (Note [Checkpoint
+///      deletion] in checkpoint.cpp);
 ///   4. rank 0 reports the outcome; every rank returns, or throws the first error.
 /// A crash before the rename leaves only an `.incomplete-` folder, which no load looks at; a crash
 /// between the rename and the move of `latest` leaves a complete folder that `latest` does not name
@@ -61,6 +63,7 @@
 #include <cohort/optim/loss_scaler.hpp>
 #include <cohort/optim/optimizer.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -105,6 +108,10 @@ struct CheckpointOptions {
   /// Unset: unless the communicator is Gloo over TCP (NCCL's and the shared-memory all-gather
   /// were faster than every rank reading all; Gloo's over TCP was slower; docs/checkpoint.md).
   std::optional<bool> gather_replicated = std::nullopt;
+  /// Save: write each rank's file around the page cache (O_DIRECT) where the file system allows
+  /// it, which saves the CPU time of copying the bytes into the page cache; a load right after
+  /// then reads them from the disk. Off: ordinary buffered writes.
+  bool direct_io = true;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,
   /// before_latest) instead kills the process with SIGKILL there, for tests with processes.
@@ -160,6 +167,10 @@ class Checkpointer {
   void snapshot(const TrainingState& state, Snapshot& into);
   void write_and_publish(Snapshot& snapshot);
   void publish(Snapshot& snapshot, const std::vector<std::string>& reports);
+  /// Hides the folders `names` under `root` and deletes them on a thread (Note [Checkpoint
+  /// deletion]); waits for the previous deletion first.
+  void delete_in_background(const std::filesystem::path& root, const std::vector<std::string>& names);
+  void finish_deleting() noexcept;
   /// Tries one checkpoint on every rank; returns the state, or the first error when any rank
   /// failed (the same on every rank).
   std::optional<TrainingState> try_load(const std::filesystem::path& folder, std::string& error);
@@ -172,7 +183,9 @@ class Checkpointer {
   std::unique_ptr<Store> store_;        ///< this rank's own connection (the writer uses it)
   std::unique_ptr<Snapshot> snapshot_;  ///< the one staging area, reused
   std::thread writer_;
+  std::atomic<bool> writing_{false};  ///< the writer has not finished yet
   std::exception_ptr writer_error_;
+  std::thread deleter_;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
   std::uint64_t saves_ = 0;
   std::uint64_t loads_ = 0;
 };

@@ -23,7 +23,8 @@ class Checksum {
   static std::uint64_t of(const void* data, std::size_t bytes) noexcept;
 
  private:
-  void block(const unsigned char* data) noexcept;
+  /// Consumes `count` 32-byte blocks at `data`; returns the end of the last.
+  const unsigned char* blocks(const unsigned char* data, std::size_t count) noexcept;
 
   std::uint64_t lanes_[4] = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL,
                              0xa4093822299f31d0ULL, 0x082efa98ec4e6c89ULL};

@@ -8,10 +8,14 @@
 /// With `bucket_bytes = kAutoBucketBytes` (the default) DataParallel measures both once, at
 /// construction, on its own communicator: the median times of a few all-reduces of 4 KiB (alpha)
 /// and of 1 MiB (beta from the difference), alternated, after a warm-up, on rank 0, whose numbers
-/// every rank then uses, so every rank plans the same buckets. A bucket of B bytes spends alpha / (alpha + B / beta) of its time on the fixed
-/// cost; keeping that under 10% needs B >= 9 alpha beta: the first and last caps (the first
-/// starts communication early; nothing hides the last) are that size, the middle ones four times
-/// it (fewer collectives where backward hides them), none above 64 MiB, none below 256 bytes.
+/// every rank then uses, so every rank plans the same buckets. alpha is never the intercept of
+/// the two-point line: noise made that 0 once (256-byte buckets, hundreds of all-reduces a step,
+/// which looked like a stall); it is the small probe's whole time, at least 4 KiB / beta.
+/// A bucket of B bytes spends alpha / (alpha + B / beta) of its time on the fixed cost; keeping
+/// that under 10% needs B >= 9 alpha beta: the first and last caps (the first starts
+/// communication early; nothing hides the last) are that size, the middle ones four times it
+/// (fewer collectives where backward hides them), none above 64 MiB, none below 256 bytes (a
+/// measured link never gets below 36 KiB: alpha x beta >= 4 KiB).
 /// On Gloo over TCP (alpha of milliseconds) a small model becomes one bucket; over shared memory
 /// or NCCL (alpha of microseconds) buckets are small enough to overlap backward.
 
@@ -44,5 +48,14 @@ struct BucketSizing {
 
 /// The caps of Note [Automatic bucket sizes] for `link`.
 BucketSizing choose_bucket_sizes(const LinkEstimate& link);
+
+/// The link model from the median times of all-reduces of `small_bytes` and `large_bytes`
+/// (Note [Automatic bucket sizes]): beta from the difference, alpha the small probe's whole time
+/// and never less than the time the model gives its bytes, so alpha x beta, hence every cap, is
+/// never below `small_bytes` (times 9 for the 10% share) however noisy the times.
+/// @throws InvalidArgument unless 0 < small_bytes < large_bytes and both times are finite and
+///         not negative.
+LinkEstimate fit_link(std::size_t small_bytes, double small_us, std::size_t large_bytes,
+                      double large_us);
 
 }  // namespace cohort
