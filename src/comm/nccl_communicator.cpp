@@ -398,9 +398,9 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
   }
   // Completion is a mark after the kernel (from a pool, given back once seen done: no CUDA
   // object is created per collective, Note [Step events]); the watchdog and Work::done poll it,
-  // and the communicator for asynchronous (network) errors. The probe only reports: it fails the work through fail_collective, which
-  // never polls probes (WorkState::finished), and no caller of a probe holds the context's lock
-  // (CommContext::in_flight).
+  // and the communicator for asynchronous (network) errors. The probe only reports: it fails
+  // the work through fail_collective, which never polls probes (WorkState::finished), and no
+  // caller of a probe holds the context's lock (CommContext::in_flight).
   std::shared_ptr<CompletionMark> done = handle_->events.mark(stream);
   work->set_completion_probe(
       [done, handle = handle_, context = shared_context(), work_ptr = work.get()] {

@@ -309,12 +309,9 @@ int main(int argc, char** argv) {
   return cohort_test::run_gpu_rank([&mode](cohort::World& world) {
     const cohort::Stream stream = cohort::Stream::create(world.device());
     if (!mode.empty()) {
-      if ((mode == "contexts" ? check_contexts(world, stream) : check_fault(world, stream, mode)) >
-          0) {
-        return 1;
-      }
-      std::printf("rank %d ok: %s\n", world.rank(), mode.c_str());
-      return 0;
+      const int failed =
+          mode == "contexts" ? check_contexts(world, stream) : check_fault(world, stream, mode);
+      return cohort_test::finish_rank(world, failed);
     }
     check_all_reduce<float>(world, stream, "f32");
     check_all_reduce<cohort::half>(world, stream, "f16");
@@ -322,12 +319,7 @@ int main(int argc, char** argv) {
     check_all_reduce<std::int32_t>(world, stream, "i32");
     check_layouts(world, stream);
     world.comm().barrier(stream).wait();
-    if (failures > 0) {
-      std::fprintf(stderr, "rank %d: %d wrong values\n", world.rank(), failures);
-      return 1;
-    }
-    std::printf("rank %d ok: %s\n", world.rank(), world.describe().c_str());
-    return 0;
+    return cohort_test::finish_rank(world, failures);
   });
 #else
   std::fprintf(stderr, "no GPU: cohort was built without CUDA\n");

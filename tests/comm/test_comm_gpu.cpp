@@ -46,7 +46,8 @@ std::vector<T> to_host(const T* device, std::size_t count, const cohort::Stream&
 // rank every collective returns its input, so this is the test that sees the results on a
 // machine with one GPU. If NCCL cannot place them there, the test fails and says why.
 TEST_F(NcclCollectives, TwoProcessesSharingAGpuMatchTheClosedForms) {
-  const auto ranks = cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {}, {}, "comm-gpu");
+  const auto ranks =
+      cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {}, {}, "comm-gpu");
   const std::string failed = cohort_test::ranks_failed(ranks);
   EXPECT_TRUE(failed.empty()) << failed;
 }

@@ -34,11 +34,7 @@ int main() {
     run("bf16 wire, reduce-scatter", cohort::test::check_bf16_wire(world, /*scatter=*/true));
     run("ZeRO-1 at odd offsets", cohort::test::check_zero1_odd_shards(world));
     world.group().barrier("ddp-gpu-worker-done");
-    if (failures > 0) {
-      return 1;
-    }
-    std::printf("rank %d ok: %s\n", world.rank(), world.describe().c_str());
-    return 0;
+    return cohort_test::finish_rank(world, failures);
   });
 #else
   std::fprintf(stderr, "no GPU: cohort was built without CUDA\n");

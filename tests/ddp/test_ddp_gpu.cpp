@@ -87,8 +87,8 @@ TEST_F(DataParallelGpu, SgdMatchesOneRankWithTheWholeBatch) {
   cohort::run_local(
       n,
       [&](cohort::World& world) {
-        EXPECT_EQ(cohort::test::check_sgd_mlp(world, &arenas[static_cast<std::size_t>(world.rank())]),
-                  "");
+        const auto r = static_cast<std::size_t>(world.rank());
+        EXPECT_EQ(cohort::test::check_sgd_mlp(world, &arenas[r]), "");
       },
       gpu_options());
   for (std::size_t r = 1; r < arenas.size(); ++r) {

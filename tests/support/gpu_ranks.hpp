@@ -48,6 +48,17 @@ inline int run_gpu_rank(const std::function<int(cohort::World&)>& body) {
   }
 }
 
+/// A GPU rank program's exit status after its checks: 1 when `failures` > 0, else 0 with the
+/// line "rank R ok" that `ranks_failed` looks for.
+inline int finish_rank(cohort::World& world, int failures) {
+  if (failures > 0) {
+    std::fprintf(stderr, "rank %d: %d failures\n", world.rank(), failures);
+    return 1;
+  }
+  std::printf("rank %d ok: %s\n", world.rank(), world.describe().c_str());
+  return 0;
+}
+
 /// Runs `n` ranks of the rank program `relative` (under the test build folder, or beside the test
 /// in a GPU bundle) on GPU 0, with `environment` added; `tag` names the output folder.
 inline std::vector<ProcessRank> run_gpu_ranks(int n, const std::string& relative,
