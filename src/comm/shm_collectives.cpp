@@ -71,8 +71,6 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
   const auto me = static_cast<std::size_t>(rank_);
   const auto* input = static_cast<const T*>(call.input.data());
   auto* output = static_cast<T*>(call.output.data());
-  // Slot pointers of one buffer, as typed sources for the reduction.
-  std::vector<const T*> sources(n);
   auto slot = [&](std::uint64_t seq, std::size_t rank) {
     return reinterpret_cast<T*>(segment_->slot(static_cast<int>(seq % 2), static_cast<int>(rank)));
   };
@@ -94,33 +92,40 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         copy(slot(seq, me), input, count * sizeof(T));
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
-        for (std::size_t r = 0; r < n; ++r) {
-          sources[r] = slot(seq, r);
-        }
-        reduce_sources<T>(sources.data(), ranks_, count, call.reduce, output, nullptr);
+        reduce_sources<T>([&](int r) { return slot(seq, static_cast<std::size_t>(r)); }, ranks_,
+                          count, call.reduce, output, nullptr);
         segment_->post(Flag::done, seq);
         return;
       }
+      // Note [Chunked shared-memory all-reduce]
+      // Rank r reduces share r of each chunk. Its own share it reads from its input, so it copies
+      // in only the others' shares; the result goes to its output and into its slot, for the
+      // others. It then copies each other share out as soon as that share's rank has posted
+      // `reduced`, nearest first, instead of waiting for every rank: with more ranks than cores
+      // it copies from the ranks that ran while the rest still reduce.
       for (std::size_t offset = 0; offset < count; offset += slot_elements) {
         const std::size_t chunk = std::min(slot_elements, count - offset);
         auto share_begin = [&](std::size_t r) { return chunk * r / n; };
+        const std::size_t begin = share_begin(me);
+        const std::size_t end = share_begin(me + 1);
         const std::uint64_t seq = begin_round(deadline, context);
-        copy(slot(seq, me), input + offset, chunk * sizeof(T));
+        T* mine = slot(seq, me);
+        copy(mine, input + offset, begin * sizeof(T));
+        copy(mine + end, input + offset + end, (chunk - end) * sizeof(T));
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
-        const std::size_t begin = share_begin(me);
-        for (std::size_t r = 0; r < n; ++r) {
-          sources[r] = slot(seq, r) + begin;
-        }
-        reduce_sources<T>(sources.data(), ranks_, share_begin(me + 1) - begin, call.reduce,
-                          output + offset + begin, slot(seq, me) + begin);
+        reduce_sources<T>(
+            [&](int r) {
+              const auto rank = static_cast<std::size_t>(r);
+              return rank == me ? input + offset + begin : slot(seq, rank) + begin;
+            },
+            ranks_, end - begin, call.reduce, output + offset + begin, mine + begin);
         segment_->post(Flag::reduced, seq);
-        segment_->wait(Flag::reduced, kEveryRank, seq, deadline, context);
-        for (std::size_t r = 0; r < n; ++r) {
-          if (r != me) {
-            copy(output + offset + share_begin(r), slot(seq, r) + share_begin(r),
-                 (share_begin(r + 1) - share_begin(r)) * sizeof(T));
-          }
+        for (std::size_t step = 1; step < n; ++step) {
+          const std::size_t r = (me + step) % n;
+          segment_->wait(Flag::reduced, static_cast<int>(r), seq, deadline, context);
+          copy(output + offset + share_begin(r), slot(seq, r) + share_begin(r),
+               (share_begin(r + 1) - share_begin(r)) * sizeof(T));
         }
         segment_->post(Flag::done, seq);
       }
@@ -137,10 +142,9 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         }
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
-        for (std::size_t r = 0; r < n; ++r) {
-          sources[r] = slot(seq, r) + me * chunk;
-        }
-        reduce_sources<T>(sources.data(), ranks_, chunk, call.reduce, output + offset, nullptr);
+        reduce_sources<T>(
+            [&](int r) { return slot(seq, static_cast<std::size_t>(r)) + me * chunk; }, ranks_,
+            chunk, call.reduce, output + offset, nullptr);
         segment_->post(Flag::done, seq);
       }
       return;
