@@ -328,13 +328,20 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
   store_->set(report_key(prefix, snapshot.rank), report);
 
   if (snapshot.rank == 0) {
+    std::string outcome = "ok";
+    try {
+      // While the other ranks finish their files: the fsync of `latest`'s new content is then
+      // not on the path from the data to the publish.
+      if (prepared == "ok") detail::prepare_latest(options_.directory, name);
+    } catch (const std::exception& error) {
+      outcome = std::string("error ") + error.what();
+    }
     std::vector<std::string> reports;
     for (int rank = 0; rank < snapshot.world_size; ++rank) {
       reports.push_back(store_->get(report_key(prefix, rank), timeout));
     }
-    std::string outcome = "ok";
     try {
-      publish(snapshot, reports);
+      if (outcome == "ok") publish(snapshot, reports);
     } catch (const std::exception& error) {
       outcome = std::string("error ") + error.what();
     }
@@ -411,11 +418,11 @@ void Checkpointer::publish(Snapshot& snapshot, const std::vector<std::string>& r
   detail::rename_path(incomplete, final_path);
   detail::fsync_directory(root);
   detail::reach_save_point(options_, SavePoint::before_latest, 0);
-  detail::write_latest(root, name);
+  detail::move_latest(root);  // prepared by write_and_publish
   if (is_latest) std::filesystem::remove_all(replaced);
 
   // Keep the newest `keep_last` up to this one; delete older ones and any newer, unpublished one,
-  // and the folders of saves that crashed before their rename (this save's own was renamed).
+  // and what saves that crashed left (this save's own folder was renamed).
   std::vector<std::string> doomed;
   int kept = 0;
   for (const std::string& other : detail::list_checkpoints(root)) {
@@ -427,7 +434,8 @@ void Checkpointer::publish(Snapshot& snapshot, const std::vector<std::string>& r
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
     const std::string other = entry.path().filename().string();
-    if (other.starts_with(".incomplete-")) doomed.push_back(other);
+    // `latest`'s temporary files of saves that crashed before moving it (this one's has moved).
+    if (other.starts_with(".incomplete-") || other.starts_with(".latest.tmp-")) doomed.push_back(other);
   }
   delete_in_background(root, doomed);
 }

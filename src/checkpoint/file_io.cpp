@@ -174,11 +174,21 @@ std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t o
   return checksum.digest();
 }
 
-void write_latest(const std::filesystem::path& root, const std::string& name) {
-  const std::filesystem::path temporary = root / (".latest.tmp-" + std::to_string(::getpid()));
+namespace {
+
+std::filesystem::path latest_temporary(const std::filesystem::path& root) {
+  return root / (".latest.tmp-" + std::to_string(::getpid()));
+}
+
+}  // namespace
+
+void prepare_latest(const std::filesystem::path& root, const std::string& name) {
   const std::string text = name + "\n";
-  write_file_durably(temporary, text.data(), text.size());
-  rename_path(temporary, root / "latest");
+  write_file_durably(latest_temporary(root), text.data(), text.size());
+}
+
+void move_latest(const std::filesystem::path& root) {
+  rename_path(latest_temporary(root), root / "latest");
   fsync_directory(root);
 }
 

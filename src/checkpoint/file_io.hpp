@@ -44,8 +44,12 @@ std::string read_whole_file(const std::filesystem::path& path);
 std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
                               std::size_t bytes);
 
-/// Points `<root>/latest` at `name` atomically: a temporary file, fsync, rename, fsync the root.
-void write_latest(const std::filesystem::path& root, const std::string& name);
+/// Points `<root>/latest` at `name` atomically in two halves: `prepare_latest` writes and fsyncs
+/// a temporary file holding the name (while the ranks write their files: it is not on the path
+/// from the last fsync of the data to the publish); `move_latest` renames it over `latest` and
+/// fsyncs the root.
+void prepare_latest(const std::filesystem::path& root, const std::string& name);
+void move_latest(const std::filesystem::path& root);
 
 /// The name `<root>/latest` holds, or nothing when there is no such file.
 std::optional<std::string> read_latest(const std::filesystem::path& root);

@@ -129,12 +129,14 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, LargeFiles, ::testing::Bool(),
                            return std::string(param.param ? "direct_io" : "buffered");
                          });
 
-// Old checkpoints and a crashed save's leftovers are hidden at once and deleted by the time the
-// Checkpointer is gone, including `.deleting-` folders a crash left behind.
+// Old checkpoints and a crashed save's leftovers (its folder, its temporary `latest`) are hidden at
+// once and deleted by the time the Checkpointer is gone, including `.deleting-` folders a crash
+// left behind.
 TEST(CheckpointDeletion, OldCheckpointsAndLeftoversAreGone) {
   TemporaryFolder folder;
   std::filesystem::create_directories(folder.path() / ".deleting-step-000000000001" / "inner");
   std::filesystem::create_directories(folder.path() / ".incomplete-step-000000000007");
+  std::ofstream(folder.path() / ".latest.tmp-999999") << "step-000000000007\n";  // a crash's
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   cohort::run_local(kRanks, [&](cohort::World& world) {
     cohort_test::TestRun run(world, registry, cohort_test::OptimizerKind::adamw);

@@ -24,9 +24,11 @@
 ///   1. each rank copies its pieces (Note [Checkpoint arrays]) to host memory (the stall);
 ///   2. rank 0 empties `<directory>/.incomplete-step-N/`; each rank then writes its file there
 ///      and fsyncs it, and reports its size and checksums (or its error) through the store;
-///   3. rank 0, once every rank reported success, writes the manifest, fsyncs the folder, renames
-///      it to `step-N`, fsyncs `<directory>`, then moves `latest` (a temporary file, fsync,
-///      rename, fsync) and deletes all but the newest `keep_last` checkpoints;
+///   3. rank 0, once its own file is written, writes and fsyncs a temporary file naming `step-N`;
+///      once every rank reported success, it writes the manifest, fsyncs the folder, renames it
+///      to `step-N`, fsyncs `<directory>`, then renames the temporary file over `latest`, fsyncs
+///      `<directory>`, and deletes all but the newest `keep_last` checkpoints (Note [Checkpoint
+///      deletion] in checkpoint.cpp);
 ///   4. rank 0 reports the outcome; every rank returns, or throws the first error.
 /// A crash before the rename leaves only an `.incomplete-` folder, which no load looks at; a crash
 /// between the rename and the move of `latest` leaves a complete folder that `latest` does not name
