@@ -103,12 +103,13 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
       // Note [Chunked shared-memory all-reduce]
       // Rank r reduces share r of each chunk. Its own share it reads from its input, so it copies
       // in only the others' shares; the result goes to its output and into its slot, for the
-      // others. It then copies each other share out as soon as that share's rank has posted
-      // `reduced`, nearest first, instead of waiting for every rank: with more ranks than cores
-      // it copies from the ranks that ran while the rest still reduce. Chunks are 64 KiB, not a
-      // whole slot: the chunk's slots then stay in the cores' caches and one chunk's copy-in
-      // overlaps another's reduction. With 4 processes on 2 cores (medians of 100, in place)
-      // 256 KiB took 140-143 us in 64 KiB chunks against 156-162 us in 1 MiB ones, 4 MiB
+      // others. It then copies out every other share whose rank has posted `reduced`, and waits
+      // (yielding its core) only when none is ready, instead of waiting for every rank: with
+      // more ranks than cores it copies from the ranks that ran while the rest still reduce
+      // (256 KiB: 141-146 us against 148-167 us waiting for each in turn). Chunks are 64 KiB,
+      // not a whole slot: the chunk's slots then stay in the cores' caches and one chunk's
+      // copy-in overlaps another's reduction. With 4 processes on 2 cores (medians of 100, in
+      // place) 256 KiB took 140-147 us in 64 KiB chunks against 156-162 us in 1 MiB ones, 4 MiB
       // 2.5-2.8 against 3.5-3.7 ms; 32 KiB chunks were slower again (164-166 us at 256 KiB).
       const std::size_t chunk_elements = kAllReduceChunkBytes / sizeof(T);
       for (std::size_t offset = 0; offset < count; offset += chunk_elements) {
@@ -129,7 +130,6 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
             },
             ranks_, end - begin, call.reduce, output + offset + begin, mine + begin);
         segment_->post(Flag::reduced, seq);
-        // Every share ready is copied before this rank waits (and yields its core) for one.
         std::fill(share_copied_.begin(), share_copied_.end(), false);
         share_copied_[me] = true;  // in its output already
         for (std::size_t copied = 1; copied < n;) {
