@@ -132,8 +132,9 @@ std::string CommContext::abort_reason() const {
 // first read of a result). Sweeping every finished work out of the list on every issue then
 // costs O(in flight) per collective, quadratic over the run: with small buckets that took more
 // CPU than the collectives themselves, starving the threads that run them, and looked like a
-// hang. Works finish mostly in issue order, so the finished ones at the front go in O(1) each, and the whole list is swept only when it has doubled since
-// the last sweep: O(1) amortized per issue.
+// hang. Works finish mostly in issue order, so the finished ones at the front go in O(1) each, and
+// the whole list is swept only when it has doubled since the last sweep: O(1) amortized per issue
+// (tracking_steps() counts the works looked at, for the test that holds this).
 void CommContext::track(const std::shared_ptr<WorkState>& work) {
   const std::lock_guard<std::mutex> lock(mutex_);
   while (!works_.empty() && works_.front()->finished()) {

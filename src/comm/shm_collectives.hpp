@@ -8,9 +8,10 @@
 // that finishes early starts copying the next chunk while the others still read.
 // - all-reduce, small (up to kSmallBytes): copy in, post `arrived`, wait for every rank, reduce
 //   all slots in rank order into the output (every rank computes the same bits), post `done`.
-// - all-reduce, large: chunks of a slot; after `arrived`, rank r reduces its 1/n share of the
-//   chunk from every slot, writes it to its output and back into its own slot, posts `reduced`;
-//   after every rank's `reduced`, it copies the other shares out (reduce-scatter + all-gather).
+// - all-reduce, large: 64 KiB chunks; after `arrived`, rank r reduces its 1/n share of the
+//   chunk (its own part from its input, the others' from their slots), writes it to its output
+//   and into its own slot, posts `reduced`; it copies each other share out once that share's
+//   rank posted `reduced` (reduce-scatter + all-gather; Note [Chunked shared-memory all-reduce]).
 // - reduce-scatter: chunk c of each rank's n blocks goes side by side in the slot; rank r
 //   reduces block r of every slot. all-gather: copy in, then copy every slot out. broadcast:
 //   the root copies in; the others copy out. barrier: `arrived` and wait.
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace cohort::detail {
 
@@ -31,6 +33,8 @@ class ShmEngine {
   static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
   /// All-reduces up to this size take one round with one wait.
   static constexpr std::size_t kSmallBytes = std::size_t{32} << 10;
+  /// The chunk of a larger all-reduce (Note [Chunked shared-memory all-reduce]).
+  static constexpr std::size_t kAllReduceChunkBytes = std::size_t{64} << 10;
 
   /// Opens the segment of `context` (none for a single rank). Collective.
   explicit ShmEngine(CommContext& context);
@@ -54,6 +58,7 @@ class ShmEngine {
   int ranks_ = 1;
   std::unique_ptr<ShmSegment> segment_;
   std::uint64_t sequence_ = 0;
+  std::vector<bool> share_copied_;  // per rank, within one chunk of an all-reduce
 };
 
 }  // namespace cohort::detail

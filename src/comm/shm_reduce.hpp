@@ -18,23 +18,24 @@ template <typename T>
 using Accumulator =
     std::conditional_t<std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, float, T>;
 
-/// Reduces `count` elements of each of `sources` (`ranks` pointers) into `out`, and into `copy`
-/// too when it is not null. `out` may not alias a source; `copy` may (each block is written
-/// after it is read).
-template <typename T>
-void reduce_sources(const T* const* sources, int ranks, std::size_t count, ReduceOp op, T* out,
+/// Reduces `count` elements of each of `ranks` sources (`source(r)` points at the first of source
+/// r's) into `out`, and into `copy` too when it is not null. `out` and `copy` may alias a source
+/// element for element (each block of the result is written after every source's block is read),
+/// but not shifted.
+template <typename T, typename Source>
+void reduce_sources(const Source& source, int ranks, std::size_t count, ReduceOp op, T* out,
                     T* copy) {
   using A = Accumulator<T>;
   constexpr std::size_t kBlock = 1024;  // 4 KiB of f32 accumulators on the stack
   A acc[kBlock];
   for (std::size_t begin = 0; begin < count; begin += kBlock) {
     const std::size_t n = std::min(kBlock, count - begin);
-    const T* first = sources[0] + begin;
+    const T* first = source(0) + begin;
     for (std::size_t i = 0; i < n; ++i) {
       acc[i] = static_cast<A>(first[i]);
     }
     for (int r = 1; r < ranks; ++r) {
-      const T* src = sources[r] + begin;
+      const T* src = source(r) + begin;
       switch (op) {
         case ReduceOp::sum:
         case ReduceOp::avg:

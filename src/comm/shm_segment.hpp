@@ -54,6 +54,9 @@ class ShmSegment {
   void wait(Flag flag, int rank, std::uint64_t seq, Clock::time_point deadline,
             const CommContext& context) const;
 
+  /// Whether `rank`'s `flag` (every rank's when `rank` < 0) has reached `seq`, without waiting.
+  bool reached(Flag flag, int rank, std::uint64_t seq) const noexcept;
+
   /// Marks the segment aborted and wakes every waiter of every rank. Safe from any thread.
   void abort(int by_rank) noexcept;
 
@@ -63,7 +66,6 @@ class ShmSegment {
  private:
   std::atomic_ref<std::uint64_t> flag(int rank, Flag flag) const noexcept;
   std::atomic_ref<std::uint32_t> word(std::size_t line, std::size_t offset) const noexcept;
-  bool reached(Flag flag, int rank, std::uint64_t seq) const noexcept;
   /// Throws if the segment or `context` is aborted or a process we wait for died: a
   /// TimeoutError when another rank aborted the segment after `deadline`.
   void check_health(Flag flag, int rank, std::uint64_t seq, Clock::time_point deadline,
