@@ -17,16 +17,16 @@
 #
 # More stages (docs/reliability.md), each printing its time:
 # - fuzz, in CI (CI=true) or with COHORT_TEST_FUZZ=1: every libFuzzer target for
-#   COHORT_FUZZ_SECONDS (default 30) each; a crash fails the run.
-# - sanitizers, COHORT_TEST_SANITIZERS = asan, tsan, 1 (both) or 0 (none); CI runs asan: the asan
-#   preset (AddressSanitizer + UndefinedBehaviorSanitizer) and the tsan preset (ThreadSanitizer)
-#   over the unit, multirank, fault, ddp and optim labels. TSan is not in CI yet: its reports are
-#   listed in docs/reliability.md ("Sanitizers").
+#   COHORT_FUZZ_SECONDS (default 10) each, from its seed corpus; a crash fails the run.
+# - sanitizers, COHORT_TEST_SANITIZERS = asan, tsan, 1 (both, the default in CI) or 0 (none, the
+#   default elsewhere): the asan preset (AddressSanitizer + UndefinedBehaviorSanitizer) and the
+#   tsan preset (ThreadSanitizer) over the unit, multirank, fault, ddp and optim labels; TSan leaves
+#   out what docs/reliability.md lists under "TSan subset".
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 ci=${CI:-false}
-sanitizers=${COHORT_TEST_SANITIZERS:-$([ "$ci" = true ] && echo asan || echo 0)}
+sanitizers=${COHORT_TEST_SANITIZERS:-$([ "$ci" = true ] && echo 1 || echo 0)}
 case $sanitizers in
   0 | asan | tsan | 1) ;;
   *) echo "cohort: COHORT_TEST_SANITIZERS='$sanitizers' is not one of asan, tsan, 1 (both), 0" >&2
@@ -53,10 +53,12 @@ if [ $# -eq 0 ]; then
   run_stage "torch-venv" with_torch
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
-    # The multinode tests (fake hosts, host ranks; about a minute) and the real launchers'
-    # (launch.*: torchrun, Slurm, TorchStore against PyTorch; about a minute) ran in the host-only
-    # stage: the CUDA build's ranks on the host would repeat them.
-    run_stage "$preset" run_preset "$preset" -LE multinode -E '^launch\.'
+    # The CUDA build runs the tests of the code it compiles differently (cuda_stage_labels in
+    # scripts/lib/common.sh says which and why); the rest ran in the host-only stage, on the same
+    # host code, and would only repeat it. That leaves out the multinode tests (fake hosts, host
+    # ranks) and the real launchers' (launch.*: torchrun, Slurm, TorchStore against PyTorch).
+    run_stage "$preset" run_preset "$preset" -L "$(cuda_stage_labels)" -LE multinode \
+      -E '^launch\.'
   else
     run_stage "$preset" run_preset "$preset"
   fi
@@ -68,7 +70,7 @@ if [ $# -eq 0 ]; then
     run_stage "tsan" run_preset tsan -E "$(tsan_excluded_tests)"
   fi
   if [ "$fuzz" = 1 ]; then
-    run_stage "fuzz" run_fuzzers "${COHORT_FUZZ_SECONDS:-30}"
+    run_stage "fuzz" run_fuzzers "${COHORT_FUZZ_SECONDS:-10}"
   fi
   print_stage_times
 else

@@ -111,6 +111,17 @@ print_stage_times() {
 
 # ---- Sanitizers and fuzzers (docs/reliability.md) ----
 
+# The labels the CUDA preset's stage runs when the host-only stage ran too: the tests of the code
+# that the CUDA build compiles differently (COHORT_WITH_CUDA: core, memory, data, ddp, optim,
+# the World's backend choice in comm, cohort-doctor in diagnostics, the package and the GPU bundle
+# in package and scripts, header compile checks in docs), every unit test, and the gpu tests, which
+# must skip with their reason. The others (checkpoint, launch, examples, the multirank and fault
+# tests outside those folders) run only host code that is the same source in both builds, and
+# without a GPU the CUDA build takes its host paths: the host-only stage's run of them is theirs.
+cuda_stage_labels() {
+  echo '^(unit|gpu|package|scripts|docs|core|memory|data|ddp|optim|comm|diagnostics)$'
+}
+
 # Tests ThreadSanitizer does not run, as one ctest -E regex. Each has its reason in
 # docs/reliability.md ("TSan subset").
 tsan_excluded_tests() {

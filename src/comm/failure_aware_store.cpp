@@ -11,11 +11,19 @@
 namespace cohort::detail {
 namespace {
 
-// The world's failure key (Note [Watchdog]) and how often a blocked call looks at it.
-constexpr const char* kFailureKey = "failure";
+// How often a blocked call looks at the world's failure key (Note [Watchdog]).
 constexpr Milliseconds kSlice{200};
 
 }  // namespace
+
+bool publish_world_failure(Store& world_store, const std::string& message) noexcept {
+  try {
+    world_store.compare_set(kWorldFailureKey, "", message);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 FailureAwareStore::FailureAwareStore(std::shared_ptr<Store> base, int rank)
     : base_(std::move(base)), rank_(rank) {
@@ -24,12 +32,12 @@ FailureAwareStore::FailureAwareStore(std::shared_ptr<Store> base, int rank)
 }
 
 void FailureAwareStore::throw_if_failed(const std::vector<std::string>& keys) {
-  if (!base_->check({kFailureKey})) return;
+  if (!base_->check({kWorldFailureKey})) return;
   std::string waited_for;
   for (const auto& key : keys) waited_for += (waited_for.empty() ? "" : ", ") + quote_bytes(key);
   COHORT_FAIL(Error, "rank " + std::to_string(rank_) + " stopped waiting for " + waited_for +
                          " in " + base_->describe() + ": another rank failed: " +
-                         base_->get(kFailureKey, kSlice));
+                         base_->get(kWorldFailureKey, kSlice));
 }
 
 std::string FailureAwareStore::get(std::string_view key, Milliseconds timeout) {

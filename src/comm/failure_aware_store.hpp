@@ -16,6 +16,13 @@
 
 namespace cohort::detail {
 
+/// The key under the world's store where the first failure of any rank is published.
+inline constexpr const char* kWorldFailureKey = "failure";
+
+/// Publishes `message` as the world's failure unless one is there already (the first wins).
+/// Returns false, without throwing, when the store cannot be reached.
+bool publish_world_failure(Store& world_store, const std::string& message) noexcept;
+
 class FailureAwareStore final : public Store {
  public:
   /// `base` is the world's scoped store; `rank` names this rank in messages.

@@ -1,5 +1,7 @@
 #include "watchdog.hpp"
 
+#include "failure_aware_store.hpp"
+
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
@@ -18,7 +20,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(100);
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(1000);
-constexpr const char* kFailureKey = "failure";
 constexpr const char* kProgressRequestKey = "progress_request";
 
 }  // namespace
@@ -114,21 +115,39 @@ std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, in
   return watchdog;
 }
 
-Watchdog::~Watchdog() { stop(); }
-
-void Watchdog::stop() noexcept {
+Watchdog::~Watchdog() {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   if (!thread_.joinable()) {
-    return;  // stopped before
+    return;  // stopped by stop()
   }
   if (thread_.get_id() == std::this_thread::get_id()) {
     thread_.detach();  // the last reference went away on the watchdog's own thread
   } else {
+    thread_.join();  // it holds no reference now, so it ends at its next look
+  }
+}
+
+void Watchdog::stop() noexcept {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
+  wake_.notify_all();
+  if (!thread_.joinable()) {
+    return;  // stopped before
+  }
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the last reference went away on the watchdog's own thread
+    return;
+  }
+  const bool ended = wake_.wait_for(lock, kStopPatience, [&] { return ended_; });
+  lock.unlock();
+  if (ended) {
     thread_.join();
+  } else {
+    thread_.detach();  // stuck in a store call: it holds the watchdog until it returns
   }
 }
 
@@ -152,11 +171,11 @@ std::vector<std::shared_ptr<CommContext>> Watchdog::contexts() {
 }
 
 void Watchdog::report_failure(const std::string& message) noexcept {
-  try {
+  {
     const std::lock_guard<std::mutex> lock(store_mutex_);
-    store_->compare_set(kFailureKey, "", message);
-  } catch (const std::exception& error) {
-    COHORT_LOG(warn) << "could not publish a failure to the other ranks: " << error.what();
+    if (!publish_world_failure(*store_, message)) {
+      COHORT_LOG(warn) << "could not publish a failure to the other ranks";
+    }
   }
   for (const auto& context : contexts()) {
     context->abort("another communicator of this rank failed: " + message);
@@ -166,8 +185,8 @@ void Watchdog::report_failure(const std::string& message) noexcept {
 std::optional<std::string> Watchdog::published_failure() noexcept {
   try {
     const std::lock_guard<std::mutex> lock(store_mutex_);
-    if (store_->check({kFailureKey})) {
-      return store_->get(kFailureKey, std::chrono::seconds(5));
+    if (store_->check({kWorldFailureKey})) {
+      return store_->get(kWorldFailureKey, std::chrono::seconds(5));
     }
   } catch (const std::exception& error) {
     COHORT_LOG(debug) << "watchdog could not read the failure key: " << error.what();
@@ -316,8 +335,14 @@ void Watchdog::run(const std::weak_ptr<Watchdog>& weak, const std::function<void
   }
   while (true) {
     const std::shared_ptr<Watchdog> self = weak.lock();
-    if (!self || !self->tick()) {
-      return;  // touches nothing of the watchdog after this: it may be gone
+    if (!self) {
+      return;  // touches nothing of the watchdog after this: it is gone
+    }
+    if (!self->tick()) {
+      const std::lock_guard<std::mutex> lock(self->mutex_);
+      self->ended_ = true;
+      self->wake_.notify_all();
+      return;
     }
   }
 }

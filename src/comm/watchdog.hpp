@@ -39,19 +39,20 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   /// cudaEventDestroy of a pooled event) create no context on device 0 (Note [Watchdog device]).
   static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank,
                                          std::function<void()> bind_thread = nullptr);
-  /// Stops the thread, as `stop` does.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   void add(const std::shared_ptr<CommContext>& context);
 
-  /// Ends the watchdog's thread and waits for it (at most one tick and the store call in progress),
-  /// unless called on that thread. The World calls it when it is destroyed, so that no thread of
-  /// a World outlives it: the thread's own reference, held while it ticks, would otherwise be the
-  /// last one about half the time, and the thread would go on to destroy the watchdog's store
-  /// after the World, possibly after `main` (Note [Host worker teardown]).
+  /// Ends the watchdog's thread and waits for it to end its tick, at most `kStopPatience` (a
+  /// store call in progress may take that long); unless called on that thread. The World calls
+  /// it when it is destroyed, so that no thread of a World outlives it: the thread's own
+  /// reference, held while it ticks, would otherwise be the last one about half the time, and the
+  /// thread would go on to destroy the watchdog's store after the World, possibly after `main`
+  /// (Note [Host worker teardown]). A thread still busy after that is left to end on its own.
   void stop() noexcept;
+  static constexpr std::chrono::milliseconds kStopPatience{6000};
 
   /// Publishes `message` as the world's failure (the first one published wins) and aborts every
   /// communicator of this rank.
@@ -89,6 +90,7 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool ended_ = false;  // the thread left its loop (it holds a reference until it has said so)
   bool failure_handled_ = false;
   std::chrono::steady_clock::time_point next_peer_check_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};

@@ -270,25 +270,39 @@ World init(WorldOptions options) {
   std::shared_ptr<Store> monitor_store =
       std::make_shared<PrefixStore>(scope, std::shared_ptr<Store>(base->clone()));
 
-  impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
-  find_place(*impl, launch, options.ranks_per_node);
-  impl->backend = choose_backend(options.backend);
-  impl->host_transport = host_transport_from(options);
-  impl->device = choose_device(*impl);
-  std::function<void()> bind_watchdog;
+  // Note [A rank that fails to join]
+  // A rank whose init throws from here on (a bad setting, a connection that fails) has no World
+  // to report through, while the others wait for it in init's exchanges or in their first
+  // collective, until their deadline. So it publishes its error as the world's failure, which
+  // ends their store waits (Note [Waits that see another rank's failure]) and their collectives
+  // (the watchdog) at once. A rank that fails because another did publishes nothing new: the
+  // first failure wins.
+  try {
+    impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
+    find_place(*impl, launch, options.ranks_per_node);
+    impl->backend = choose_backend(options.backend);
+    impl->host_transport = host_transport_from(options);
+    impl->device = choose_device(*impl);
+    std::function<void()> bind_watchdog;
 #if COHORT_WITH_CUDA
-  if (impl->device.is_cuda()) {
-    bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
-  }
+    if (impl->device.is_cuda()) {
+      bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
+    }
 #endif
-  impl->watchdog =
-      detail::Watchdog::start(monitor_store->clone(), impl->rank, std::move(bind_watchdog));
+    impl->watchdog =
+        detail::Watchdog::start(monitor_store->clone(), impl->rank, std::move(bind_watchdog));
 
-  const bool debug = debug_from(options);
-  impl->global = make_global(*impl, debug, monitor_store);
-  impl->backend = impl->global->backend();
-  impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
-  impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
+    const bool debug = debug_from(options);
+    impl->global = make_global(*impl, debug, monitor_store);
+    impl->backend = impl->global->backend();
+    impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
+    impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
+  } catch (const std::exception& error) {
+    detail::publish_world_failure(*impl->store, "rank " + std::to_string(launch.rank) +
+                                                    " failed while joining the world: " +
+                                                    error.what());
+    throw;
+  }
   World world(std::move(impl));
   COHORT_LOG(info) << "joined: " << world.describe();
   return world;

@@ -3,6 +3,7 @@
 //   check    all-reduce, all-gather and broadcast, verified; prints "rank R ok"
 //   kill     like check, but rank 2 kills itself (SIGKILL) in the middle of the third all-reduce:
 //            after issuing it, before it can complete
+//   bad-init rank 2 sets COHORT_HOST_TRANSPORT to a value init refuses, after the ranks have met
 //   hang     like check, but rank 2 sleeps 6 s instead of issuing the third all-reduce: run with
 //            a short COHORT_TIMEOUT, the others fail at their deadline
 // Exit status: 0 on success, 3 with the error on standard error when a cohort call failed, and
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -38,6 +40,10 @@ int thread_count() {
 /// Runs `scenario`; returns the exit status, or throws what a cohort call threw. `issued` is when
 /// the last collective was issued.
 int run(const std::string& scenario, std::chrono::steady_clock::time_point& issued) {
+  const char* rank_text = std::getenv("RANK");
+  if (scenario == "bad-init" && rank_text != nullptr && std::string(rank_text) == "2") {
+    setenv("COHORT_HOST_TRANSPORT", "bogus", 1);
+  }
   cohort::WorldOptions options;
   options.backend = cohort::BackendChoice::gloo;
   cohort::World world = cohort::init(options);

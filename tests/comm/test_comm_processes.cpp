@@ -64,6 +64,25 @@ TEST(Processes, AKilledRankIsNamedAndNobodyHangs) {
   }
 }
 
+// Note [A rank that fails to join]: rank 2 refuses its settings after the ranks have met; the
+// others, waiting for it in init's exchanges, used to wait for their whole deadline.
+TEST(Processes, ARankThatFailsToJoinEndsEveryRankAtOnce) {
+  const auto ranks = run_ranks(4, "bad-init", {"COHORT_TIMEOUT=60s"}, "bad-init");
+  for (int r = 0; r < 4; ++r) {
+    const cohort_test::ProcessRank& rank = ranks[static_cast<std::size_t>(r)];
+    ASSERT_TRUE(WIFEXITED(rank.status)) << report(ranks);
+    EXPECT_EQ(WEXITSTATUS(rank.status), 3) << report(ranks);
+    const std::string output = read_file(rank.output);
+    EXPECT_THAT(output, HasSubstr("COHORT_HOST_TRANSPORT")) << report(ranks);
+    if (r != 2) {
+      EXPECT_THAT(output, HasSubstr("rank 2 failed while joining the world")) << report(ranks);
+    }
+    const long long waited = failed_after_ms(output);
+    EXPECT_GE(waited, 0) << report(ranks);
+    EXPECT_LT(waited, 10000) << report(ranks);
+  }
+}
+
 // Note [Host worker teardown]: a rank whose collective failed at its deadline destroys its World
 // while its worker thread is still inside the Gloo operation (which ends at the deadline plus a
 // grace). The World's destruction used to leave that thread running, so it outlived main and
