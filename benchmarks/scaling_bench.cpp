@@ -137,7 +137,7 @@ int run(cohort::World& world, const Setup& setup) {
       if (setup.options.probe && k > 1 && index + 1 == counts.size()) {
         std::vector<std::size_t> sizes = bucket_sizes(registry_of(setup.workload), k, samples.buckets);
         sizes.push_back(4096);
-        probe = probe_link(group, sizes, 5);
+        probe = probe_link(group, sizes, 7);
       }
       world.store().set(scope + "/result/" + std::to_string(world.rank()), to_json(samples).dump());
     }

@@ -21,7 +21,8 @@
 # host name nodeI (a UTS namespace); the names resolve only with `up --names`, which writes
 # /etc/netns/cohort-NAME-hI/hosts (bind-mounted over /etc/hosts by `ip netns exec`).
 # With --link RATE (1gbit, 200mbit) each host's eth0 sends through a tbf qdisc whose bucket
-# holds 4 ms of the rate (16 KiB at least).
+# holds 4 ms of the rate (16 KiB at least) and whose queue holds 1.5 MB (a host's 1000 packets),
+# so the link delays what it cannot send yet instead of dropping it.
 #
 # Exit status 77 (with the reason on stderr) where namespaces cannot be created here: not root,
 # no `ip`, or a container without the capability.
@@ -168,7 +169,7 @@ cmd_up() {
     ip -n "$ns" addr add "$kSubnet.$((i + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
     if [ -n "$rate" ]; then
-      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms ||
+      tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" limit 1514000 ||
         die "tc could not shape host $i's link to '$rate' (tc rates look like 1gbit or 200mbit)"
     fi
     if [ -n "$hosts_file" ]; then

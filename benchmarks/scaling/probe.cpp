@@ -10,30 +10,30 @@
 namespace scaling {
 namespace {
 
-/// The median over `reps` runs of the time per all-reduce of `count` floats on `comm`, in runs of
-/// 4 issued back to back (nccl-tests' way: how a step's buckets follow one another), after a
-/// warm-up. Every member of `comm` calls it.
-double time_all_reduce(cohort::Communicator& comm, layers::Math& math, const cohort::Stream& stream,
-                       cohort::Device device, std::size_t count, int reps) {
-  cohort::Buffer buffer = math.allocate_bytes(count * sizeof(float));
-  const cohort::TensorView view(buffer.data(), count, cohort::DType::f32, device);
+/// One timed run on `comm`: after a barrier, `kPerRun` all-reduces of `view` issued back to back
+/// (nccl-tests' way: how a step's buckets follow one another). Returns ms per all-reduce. Every
+/// member of `comm` calls it.
+double time_run(cohort::Communicator& comm, const cohort::Stream& stream,
+                const cohort::TensorView& view) {
   constexpr int kPerRun = 4;
-  comm.all_reduce(view, cohort::ReduceOp::sum, stream).wait();  // warm-up
-  std::vector<double> times;
-  for (int rep = 0; rep < reps; ++rep) {
-    comm.barrier(stream).wait();
-    stream.synchronize();
-    const auto begin = std::chrono::steady_clock::now();
-    std::vector<cohort::Work> works;
-    for (int i = 0; i < kPerRun; ++i) works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
-    for (cohort::Work& work : works) work.wait();
-    stream.synchronize();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
-        kPerRun);
-  }
-  return cohort::bench::median(times);
+  comm.barrier(stream).wait();
+  stream.synchronize();
+  const auto begin = std::chrono::steady_clock::now();
+  std::vector<cohort::Work> works;
+  for (int i = 0; i < kPerRun; ++i) works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
+  for (cohort::Work& work : works) work.wait();
+  stream.synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+         kPerRun;
 }
+
+/// One size to time: its buffer on the communicator it runs on, and each run's time.
+struct Timed {
+  cohort::Communicator* comm = nullptr;
+  cohort::Buffer buffer;
+  cohort::TensorView view{nullptr, 0, cohort::DType::f32, cohort::Device::host()};
+  std::vector<double> ms;
+};
 
 }  // namespace
 
@@ -48,21 +48,33 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   // Across nodes, also the cross-node part alone: the two-level all-reduce sends each rank's
   // 1/local_world_size share over world.cross(), all local ranks at once.
   const bool cross = world.num_nodes() > 1;
-  std::vector<float> medians;
+  std::vector<Timed> timed;
+  auto add = [&](cohort::Communicator& comm, std::size_t count) {
+    Timed t;
+    t.comm = &comm;
+    t.buffer = math.allocate_bytes(count * sizeof(float));
+    t.view = cohort::TensorView(t.buffer.data(), count, cohort::DType::f32, world.device());
+    t.comm->all_reduce(t.view, cohort::ReduceOp::sum, stream).wait();  // warm-up
+    timed.push_back(std::move(t));
+  };
   for (const std::size_t bytes : sizes) {
     const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
-    medians.push_back(static_cast<float>(
-        time_all_reduce(world.comm(), math, stream, world.device(), count, reps)));
+    add(world.comm(), count);
     probe.bytes.push_back(static_cast<double>(count * sizeof(float)));
   }
   if (cross) {
     for (const std::size_t bytes : sizes) {
-      const std::size_t share = std::max<std::size_t>(
-          1, bytes / sizeof(float) / static_cast<std::size_t>(world.local_world_size()));
-      medians.push_back(static_cast<float>(
-          time_all_reduce(world.cross(), math, stream, world.device(), share, reps)));
+      add(world.cross(), std::max<std::size_t>(1, bytes / sizeof(float) /
+                                                     static_cast<std::size_t>(world.local_world_size())));
     }
   }
+  // Sizes interleaved within each repetition, so that a burst of load from elsewhere on the
+  // machine slows every size a little instead of one size a lot (which tilts the fit's slope).
+  for (int rep = 0; rep < reps; ++rep) {
+    for (Timed& t : timed) t.ms.push_back(time_run(*t.comm, stream, t.view));
+  }
+  std::vector<float> medians;
+  for (const Timed& t : timed) medians.push_back(static_cast<float>(cohort::bench::median(t.ms)));
   // The slowest rank's median of each size.
   world.comm()
       .all_reduce(cohort::TensorView::of(medians.data(), medians.size(), cohort::Device::host()),
