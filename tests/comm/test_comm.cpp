@@ -151,6 +151,27 @@ TEST_P(EveryCollective, MatchesClosedFormResults) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryCollective, ::testing::Range(1, 9),
                          [](const auto& param_info) { return std::to_string(param_info.param) + "ranks"; });
 
+// An all-reduce of several shared-memory slots and a part of one: every chunk and
+// every rank's share of it lands in the right place, exactly.
+TEST(World, AllReduceOfSeveralChunksIsExact) {
+  constexpr std::size_t kCount = (std::size_t{10} << 20) / sizeof(float) + 7;  // 10 MiB + 7 floats
+  cohort::run_local(
+      3,
+      [](cohort::World& world) {
+        const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+        std::vector<float> values(kCount);
+        for (std::size_t i = 0; i < kCount; ++i) {
+          values[i] = static_cast<float>((i % 1009) * static_cast<std::size_t>(world.rank() + 1));
+        }
+        world.comm().all_reduce(std::span<float>(values), cohort::ReduceOp::sum, stream);
+        stream.synchronize();
+        for (std::size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(values[i], static_cast<float>((i % 1009) * 6)) << "element " << i;
+        }
+      },
+      host_options());
+}
+
 // 6 ranks as 3 simulated hosts of 2: the global communicator all-reduces hierarchically (shared
 // memory within a host, Gloo across) unless Gloo is forced; every collective stays exact.
 TEST(World, HostsWithSeveralRanksEachGetTheHierarchicalPath) {
