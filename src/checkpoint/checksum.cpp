@@ -53,6 +53,9 @@ const unsigned char* Checksum::blocks(const unsigned char* data, std::size_t cou
 }
 
 void Checksum::update(const void* data, std::size_t bytes) noexcept {
+  if (bytes == 0) {
+    return;  // `data` may be null then, which memcpy must not be given even for 0 bytes
+  }
   const auto* next = static_cast<const unsigned char*>(data);
   total_bytes_ += bytes;
   if (pending_bytes_ > 0) {

@@ -67,13 +67,20 @@ struct NcclCommunicator::Handle {
     }
   }
   /// Aborts now if no thread is inside NCCL, else asks the one that is to do it on its way out.
+  /// The request is left first and the lock then tried for a while: a thread that held the lock
+  /// only for a moment (a completion probe, a poll of a pending split) may have let it go
+  /// without seeing the request, and nothing else would carry it out until the next collective.
   void abort() {
-    std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
-    if (lock.owns_lock()) {
-      abort_locked();
-    } else {
-      abort_requested.store(true);
-    }
+    abort_requested.store(true);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    do {
+      std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+      if (lock.owns_lock()) {
+        honour_abort_request_locked();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } while (std::chrono::steady_clock::now() < give_up);
   }
   /// Carries out an abort requested while this thread was inside NCCL. Call with `mutex` held.
   void honour_abort_request_locked() {
@@ -404,6 +411,12 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
   std::shared_ptr<CompletionMark> done = handle_->events.mark(stream);
   work->set_completion_probe(
       [done, handle = handle_, context = shared_context(), work_ptr = work.get()] {
+        // An abort makes NCCL's kernels return early, and the mark after them then completes:
+        // after an abort, a collective not yet seen done is not reported done, so the abort
+        // fails it (CommContext::fail_in_flight) instead of handing back a partial reduction.
+        if (context->aborted()) {
+          return false;
+        }
         try {
           if (done->ready()) {
             return true;
@@ -418,7 +431,13 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
         }
         ncclResult_t async = ncclSuccess;
         {
-          const std::lock_guard<std::mutex> probe_lock(handle->mutex);
+          // Never waits for the lock: a thread stuck inside a collective's enqueue holds it, and
+          // the watchdog, which calls this probe, must stay free to enforce the deadlines.
+          const std::unique_lock<std::mutex> probe_lock(handle->mutex, std::try_to_lock);
+          if (!probe_lock.owns_lock()) {
+            return false;
+          }
+          handle->honour_abort_request_locked();
           if (handle->comm == nullptr || handle->aborted) {
             return false;  // the abort fails the work; nothing more to ask NCCL
           }
