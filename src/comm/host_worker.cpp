@@ -91,9 +91,14 @@ void HostWorker::run() {
 
 namespace {
 
-/// Runs one collective unless the communicator was aborted, and completes or fails `work`.
+/// Runs one collective unless the communicator was aborted, and completes or fails `work`;
+/// either way it releases the work's buffers on return (Note [Buffers after a failure]).
 void execute_collective(WorkState& work, CommContext& context,
                         const std::function<void()>& execute) {
+  const struct Release {
+    WorkState& work;
+    ~Release() { work.release(); }
+  } release{work};
   if (context.aborted()) {
     try {
       COHORT_FAIL(Error, context.describe() + " was aborted before " +
@@ -121,6 +126,7 @@ bool try_run_inline(HostWorker& worker, const Stream& stream,
   if (!stream.ready() || !worker.try_claim()) {
     return false;
   }
+  work->hold();
   {
     const struct Release {
       HostWorker& worker;
@@ -149,6 +155,7 @@ void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_p
     input_ready = worker.input_events().acquire();
     input_ready->record(stream);
   }
+  work->hold();  // released by the task, whichever way it ends
   worker.enqueue([input_ready, work, context = std::move(context),
                   execute = std::move(execute)]() mutable {
     if (input_ready) {
@@ -160,6 +167,7 @@ void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_p
         // part, so every rank is told now rather than at the deadline.
         fail_collective(*context, *work, /*timed_out=*/false,
                         std::string("the stream it was issued on failed first: ") + error.what());
+        work->release();
         return;
       }
     }
@@ -167,7 +175,7 @@ void run_on_worker(HostWorker& worker, const Stream& stream, const std::shared_p
   });
   // Later work on the caller's stream runs after the collective, and fails if it failed.
   stream.enqueue_wait([work] {
-    work->wait_until(WorkState::Clock::time_point::max());
+    work->wait_finished_and_released(WorkState::Clock::time_point::max());
     work->rethrow_if_failed();
   });
 }

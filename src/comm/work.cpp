@@ -81,6 +81,44 @@ bool WorkState::wait_until(Clock::time_point until) {
   return true;
 }
 
+void WorkState::release() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    held_.store(false, std::memory_order_relaxed);
+  }
+  released_.notify_all();
+}
+
+bool WorkState::wait_released(Clock::duration patience) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool released = released_.wait_for(
+      lock, patience, [&] { return !held_.load(std::memory_order_relaxed); });
+  if (!released) {
+    std::fprintf(stderr,
+                 "cohort: %s failed, but the backend has not returned from it after %lld ms: "
+                 "it may still use its buffers; keep them until the World is destroyed\n",
+                 record_.describe().c_str(),
+                 static_cast<long long>(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()));
+  }
+  return released;
+}
+
+bool WorkState::wait_finished_and_released(Clock::time_point until) {
+  if (!wait_until(until)) {
+    return false;
+  }
+  bool failed = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    failed = error_ != nullptr;
+  }
+  if (failed) {
+    wait_released(kReleasePatience);  // Note [Buffers after a failure]
+  }
+  return true;
+}
+
 void WorkState::rethrow_if_failed() {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (error_) {
@@ -98,7 +136,7 @@ void Work::wait() const {
   }
   // The watchdog fails the work at its deadline; the grace covers a watchdog that is late.
   const auto limit = state_->deadline() + std::chrono::seconds(30);
-  if (!state_->wait_until(limit)) {
+  if (!state_->wait_finished_and_released(limit)) {
     COHORT_FAIL(TimeoutError, "waited past the deadline of " + state_->record().describe() +
                                   " and the watchdog did not end it; the process may be "
                                   "stuck in the backend");
@@ -110,7 +148,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) {
     return;
   }
-  if (!state_->wait_until(detail::WorkState::Clock::now() + timeout)) {
+  if (!state_->wait_finished_and_released(detail::WorkState::Clock::now() + timeout)) {
     COHORT_FAIL(TimeoutError, "Work::wait gave up after " + std::to_string(timeout.count()) +
                                   " ms on " + state_->record().describe() +
                                   " (it is still running)");

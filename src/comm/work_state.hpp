@@ -41,6 +41,22 @@ class WorkState {
   /// took effect (the first failure wins, so the most informative one should come first).
   bool fail(std::exception_ptr error);
 
+  /// Note [Buffers after a failure]: a host backend runs the collective on a thread of its own,
+  /// while the watchdog may fail the work at its deadline, and an abort then makes that thread
+  /// leave the collective only at its next check (a shared-memory wait: at once; Gloo: at its own
+  /// timeout, the deadline plus a grace). The caller, told of the failure, frees its buffers
+  /// while unwinding. So a work whose backend thread uses the caller's buffers is marked `held`
+  /// before it is handed out, and `release()`d when that thread no longer touches them; waits
+  /// for the work return only after that (`wait_released`), at most `kReleasePatience` later.
+  void hold() { held_.store(true, std::memory_order_relaxed); }
+  void release();
+  /// After the work finished: waits until its buffers are released or `patience` passes; says
+  /// so on standard error in the second case. Returns whether they were released.
+  bool wait_released(Clock::duration patience);
+  /// Waits until finished (or `until`), then for the buffers when it failed. Returns whether it
+  /// finished.
+  bool wait_finished_and_released(Clock::time_point until);
+
   /// Whether finished, polling the probe if any.
   bool done();
   /// Whether finished, without polling: what is known now. Safe under any lock.
@@ -64,6 +80,13 @@ class WorkState {
   std::condition_variable finished_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::atomic<bool> held_{false};  // guarded by mutex_ once the work is handed out
+  std::condition_variable released_;
 };
+
+/// How long a wait for a failed work waits for its backend thread to release the caller's
+/// buffers: longer than the grace after which a Gloo operation ends (kGlooGrace, 2 s), as long as
+/// the patience of a worker's stop after an abort (kAbortedWorkerPatience).
+inline constexpr std::chrono::milliseconds kReleasePatience{4000};
 
 }  // namespace cohort::detail

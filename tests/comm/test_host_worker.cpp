@@ -1,6 +1,10 @@
 // The host backends' worker thread: how a communicator's destructor stops it
 // (Note [Host worker teardown] in src/comm/host_worker.hpp).
 #include "comm/host_worker.hpp"
+#include "comm/work_state.hpp"
+
+#include <cohort/comm/work.hpp>
+#include <cohort/core/error.hpp>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +99,46 @@ TEST(HostWorker, StopWithinReportsAJoinedWorker) {
   auto worker = HostWorker::start();
   worker->enqueue([] { std::this_thread::sleep_for(milliseconds(50)); });
   EXPECT_TRUE(worker->stop_within(std::chrono::seconds(30)));
+}
+
+// Note [Buffers after a failure]: the watchdog fails a work at its deadline while the worker is
+// still inside the collective; the caller, told, frees its buffers. Its wait must return only
+// once the worker has let go of them.
+TEST(WorkBuffers, AWaitForAFailedWorkReturnsOnlyOnceTheWorkerReleasedItsBuffers) {
+  cohort::CollectiveRecord record;
+  record.sequence = 4;
+  record.op = cohort::CollectiveOp::all_reduce;
+  record.dtype = cohort::DType::f64;
+  record.count = 8;
+  record.bytes = 64;
+  auto state = std::make_shared<cohort::detail::WorkState>(
+      record, Clock::now() + std::chrono::seconds(60), nullptr);
+  state->hold();
+  std::atomic<bool> let_go{false};
+  std::thread worker([&] {
+    std::this_thread::sleep_for(milliseconds(300));  // still reading the caller's buffer
+    let_go = true;
+    state->release();
+  });
+  // As the watchdog does at the deadline, from its own thread.
+  state->fail(std::make_exception_ptr(cohort::TimeoutError("#4 did not complete within 3000 ms")));
+  const auto begin = Clock::now();
+  EXPECT_THROW(cohort::Work(state).wait(), cohort::TimeoutError);
+  EXPECT_TRUE(let_go.load()) << "the wait returned while the worker still held the buffers";
+  EXPECT_GE(Clock::now() - begin, milliseconds(250));
+  worker.join();
+}
+
+TEST(WorkBuffers, ACompletedWorkIsNotHeldBack) {
+  cohort::CollectiveRecord record;
+  auto state = std::make_shared<cohort::detail::WorkState>(
+      record, Clock::now() + std::chrono::seconds(60), nullptr);
+  state->hold();  // a worker that completes the work releases it later, on its way out
+  state->complete();
+  const auto begin = Clock::now();
+  cohort::Work(state).wait();
+  EXPECT_LT(Clock::now() - begin, milliseconds(100));
+  state->release();
 }
 
 }  // namespace
