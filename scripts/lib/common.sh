@@ -129,6 +129,9 @@ tsan_excluded_tests() {
     # Makes the host-loop mistake on purpose, racing the optimizer's step, to check that
     # COHORT_DEBUG_STREAMS reports it: TSan reports the race it exists to show.
     "^DebugStreams\.HostLoopThatDoesNotWaitForTheStepIsReported/"
+    # Every collective on 5, 6 and 7 ranks: the same code as on 3 (shares that do not divide
+    # evenly) and 4 and 8 (which run), at 8-20 s each under TSan with more threads than cores.
+    "^WorldSizes/EveryCollective\.MatchesClosedFormResults/[567]ranks"
   )
   local IFS='|'
   echo "${excluded[*]}"
