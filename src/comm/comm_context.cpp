@@ -61,19 +61,22 @@ std::string silent_nodes(const CommContext& context, const std::vector<bool>& si
 }
 
 /// Where the store is, for a rank that cannot reach it: the node of global rank 0 (the store's
-/// host under cohortrun and torchrun), when that rank is a member on another node.
+/// host under cohortrun and torchrun), when that is another node. Global rank 0 need not be a
+/// member (a hierarchical communicator's `across` part has one rank per node).
 std::string store_node(const CommContext& context) {
-  if (context.member_nodes.size() != static_cast<std::size_t>(context.size())) return "";
-  const int mine = context.member_nodes[static_cast<std::size_t>(context.rank())];
-  for (int member = 0; member < context.size(); ++member) {
-    const int node = context.member_nodes[static_cast<std::size_t>(member)];
-    if (context.global_rank(member) == 0 && node != mine) {
-      return " Or " + node_with_ranks(context, node) + ", where the store runs beside rank 0, is "
-             "unreachable from this rank's node " + std::to_string(mine) +
-             ": that host, or the network between them, is down.";
-    }
+  if (context.member_nodes.size() != static_cast<std::size_t>(context.size()) ||
+      context.store_node < 0) {
+    return "";
   }
-  return "";
+  const int mine = context.member_nodes[static_cast<std::size_t>(context.rank())];
+  if (context.store_node == mine) {
+    return "";
+  }
+  const bool several = context.store_node_ranks.find(',') != std::string::npos;
+  return " Or node " + std::to_string(context.store_node) + (several ? " (ranks " : " (rank ") +
+         context.store_node_ranks + "), where the store runs beside rank 0, is unreachable from "
+         "this rank's node " + std::to_string(mine) +
+         ": that host, or the network between them, is down.";
 }
 
 }  // namespace
@@ -347,6 +350,8 @@ std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const
   child->host_transport = parent.host_transport;
   child->single_node_world = parent.single_node_world;
   child->store_host = parent.store_host;
+  child->store_node = parent.store_node;
+  child->store_node_ranks = parent.store_node_ranks;
   for (const int parent_rank : plan.parent_ranks) {
     if (static_cast<std::size_t>(parent_rank) < parent.member_nodes.size()) {
       child->member_nodes.push_back(parent.member_nodes[static_cast<std::size_t>(parent_rank)]);

@@ -52,6 +52,8 @@ class CommContext {
   // host, whose route picks the address Gloo binds to across nodes (Note [Choosing the address]).
   HostTransport host_transport = HostTransport::automatic;
   std::vector<int> member_nodes;
+  int store_node = -1;           // the node of global rank 0, beside which the store runs, or -1
+  std::string store_node_ranks;  // that node's global ranks, "0, 1", for messages
   bool single_node_world = true;
   std::string store_host;
 

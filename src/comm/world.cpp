@@ -202,6 +202,13 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
   }
   context->host_transport = world.host_transport;
   context->member_nodes = world.nodes;
+  context->store_node = world.nodes.empty() ? -1 : world.nodes.front();
+  for (std::size_t rank = 0; rank < world.nodes.size(); ++rank) {
+    if (world.nodes[rank] == context->store_node) {
+      context->store_node_ranks +=
+          (context->store_node_ranks.empty() ? "" : ", ") + std::to_string(rank);
+    }
+  }
   context->single_node_world = world.num_nodes == 1;
   context->store_host = world.store_host;
   return detail::make_host_communicator(std::move(context));
