@@ -345,6 +345,12 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
     } catch (const std::exception& error) {
       outcome = std::string("error ") + error.what();
     }
+    if (outcome != "ok") {
+      // Every rank has reported, so none writes here any more: what the failed save wrote goes
+      // now, not at the next good save (on a full disk there would be none).
+      std::error_code ignored;
+      std::filesystem::remove_all(incomplete, ignored);
+    }
     store_->set(prefix + "/done", outcome);
   }
   const std::string outcome = store_->get(prefix + "/done", timeout);

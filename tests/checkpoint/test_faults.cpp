@@ -7,8 +7,13 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
+#include <sys/mount.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -226,6 +231,76 @@ TEST(CheckpointFaults, UnwritableDirectoryIsAClearError) {
         [&] { checkpoints.save({1, 0, 0, ""}); });
     EXPECT_TRUE(contains(error, "cannot prepare")) << error;
   }, cohort_test::host_world());
+}
+
+/// A tmpfs of `size` mounted at `at` for the test's lifetime (unmounted on every exit path).
+class SmallFileSystem {
+ public:
+  SmallFileSystem(const std::filesystem::path& at, const std::string& size) : at_(at) {
+    std::filesystem::create_directories(at);
+    const std::string options = "size=" + size;
+    if (::mount("tmpfs", at.c_str(), "tmpfs", 0, options.c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      error_ = std::strerror(errno);
+    }
+  }
+  ~SmallFileSystem() {
+    if (mounted_) ::umount2(at_.c_str(), MNT_DETACH);
+  }
+  SmallFileSystem(const SmallFileSystem&) = delete;
+  SmallFileSystem& operator=(const SmallFileSystem&) = delete;
+  bool mounted() const noexcept { return mounted_; }
+  const std::string& error() const noexcept { return error_; }
+
+ private:
+  std::filesystem::path at_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+// The disk fills up during a save (a 64 KiB tmpfs, checkpoints kept until it is full): the save
+// fails on every rank with an error naming the file and ENOSPC, the newest whole checkpoint is
+// still the one a restart loads, and nothing of the failed one is left to be mistaken for it.
+TEST(CheckpointFaults, DiskFullDuringASaveKeepsThePreviousAndSaysSo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to mount a small tmpfs that fills up";
+  TemporaryFolder folder;
+  const SmallFileSystem disk(folder.path() / "disk", "64k");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << disk.error();
+  const auto directory = folder.path() / "disk" / "checkpoints";
+  const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
+  std::int64_t last_saved = 0;
+  std::vector<std::string> errors(kRanks);
+  cohort::run_local(kRanks, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::zero1_adamw);
+    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                     {.directory = directory, .keep_last = 0});
+    for (int step = 0; step < 64; ++step) {
+      run.step(step);
+      try {
+        checkpoints.save({step + 1, 0, 0, std::string(6000, 'x')});
+        if (world.rank() == 0) last_saved = step + 1;
+      } catch (const CheckpointError& failure) {
+        errors[static_cast<std::size_t>(world.rank())] = failure.what();
+        return;
+      }
+    }
+  }, cohort_test::host_world());
+  ASSERT_GE(last_saved, 1) << "not even the first save fitted: " << errors[0];
+  ASSERT_LT(last_saved, 64) << "64 KiB never filled up";
+  for (const std::string& error : errors) {
+    EXPECT_TRUE(contains(error, "No space left on device")) << error;
+    EXPECT_TRUE(contains(error, "was not saved")) << error;
+  }
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%012lld", static_cast<long long>(last_saved + 1));
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    EXPECT_EQ(entry.path().filename().string().find(name), std::string::npos)
+        << entry.path() << " is left from the failed save";
+  }
+  const LoadOutcome outcome = try_load(directory);
+  EXPECT_EQ(outcome.error, "");
+  EXPECT_EQ(outcome.step, last_saved);
 }
 
 }  // namespace
