@@ -29,7 +29,9 @@ class Work {
   bool done() const;
 
   /// Blocks until the operation has finished; rethrows its error (a TimeoutError when its
-  /// deadline passed, naming the ranks that had not arrived).
+  /// deadline passed, naming the ranks that had not arrived). When it throws, the host backend
+  /// no longer touches the operation's buffers, so they may be freed: it waits for that up to 4 s
+  /// past the failure, and says so on standard error if that is not enough.
   void wait() const;
 
   /// As `wait()`, giving up after `timeout`.
