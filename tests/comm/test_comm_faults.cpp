@@ -176,9 +176,12 @@ TEST(Faults, RankThatNeverJoinsIsNamed) {
   std::vector<std::string> messages(2);
   std::vector<double> waited(2, -1.0);
   std::vector<std::thread> ranks;
+  // One start for both: each rank's deadline runs from its own init, which is later, so the
+  // failure that ends the first is at least 800 ms after it, and the other rank may end on that
+  // failure a little before its own deadline.
+  const auto start = Clock::now();
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      const auto start = Clock::now();
       cohort::WorldOptions options = options_with_timeout(std::chrono::milliseconds(800));
       cohort::LaunchInfo launch;
       launch.rank = r;
