@@ -4,6 +4,7 @@
 // communicator's operations in order, and the glue between a host stream and that thread.
 
 #include "comm_context.hpp"
+#include "work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/detail/event_pool.hpp>
@@ -34,7 +35,8 @@ namespace cohort::detail {
 /// its tasks own everything they use (the communicator's context, the Gloo context, which owns
 /// its device), and the only static on that path, the Gloo device cache, is never destroyed
 /// (src/comm/host_select.cpp), so no destructor at exit runs under it.
-inline constexpr std::chrono::milliseconds kAbortedWorkerPatience{4000};
+/// The same bound as a wait for a failed work's buffers (Note [Buffers after a failure]).
+inline constexpr std::chrono::milliseconds kAbortedWorkerPatience = kReleasePatience;
 
 /// One thread running a communicator's operations in order (Note [Host worker teardown]).
 class HostWorker {

@@ -85,8 +85,8 @@ class WorkState {
 };
 
 /// How long a wait for a failed work waits for its backend thread to release the caller's
-/// buffers: longer than the grace after which a Gloo operation ends (kGlooGrace, 2 s), as long as
-/// the patience of a worker's stop after an abort (kAbortedWorkerPatience).
+/// buffers: longer than the grace after which a Gloo operation ends (kGlooGrace, 2 s). A worker's
+/// stop after an abort waits as long (kAbortedWorkerPatience is this).
 inline constexpr std::chrono::milliseconds kReleasePatience{4000};
 
 }  // namespace cohort::detail
