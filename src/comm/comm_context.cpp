@@ -103,15 +103,32 @@ void CommContext::set_backend_abort(std::function<void()> fn) {
   backend_abort_ = std::move(fn);
 }
 
-bool CommContext::abort(const std::string& reason) noexcept {
+bool CommContext::mark_aborted(const std::string& reason) noexcept {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_.load()) {
+    return false;
+  }
+  try {
+    abort_reason_ = reason;
+  } catch (...) {
+    abort_reason_.clear();  // out of memory for the text: aborted all the same
+  }
+  aborted_.store(true);
+  backend_abort_due_ = true;
+  return true;
+}
+
+void CommContext::finish_abort() noexcept {
   std::function<void()> backend_abort;
+  std::string reason;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (aborted_.exchange(true)) {
-      return false;
+    if (!backend_abort_due_) {
+      return;
     }
-    abort_reason_ = reason;
+    backend_abort_due_ = false;
     backend_abort = backend_abort_;
+    reason = abort_reason_;
   }
   COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
   if (backend_abort) {
@@ -121,6 +138,13 @@ bool CommContext::abort(const std::string& reason) noexcept {
       COHORT_LOG(error) << "aborting " << describe() << " failed: " << error.what();
     }
   }
+}
+
+bool CommContext::abort(const std::string& reason) noexcept {
+  if (!mark_aborted(reason)) {
+    return false;
+  }
+  finish_abort();
   return true;
 }
 

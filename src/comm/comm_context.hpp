@@ -72,6 +72,11 @@ class CommContext {
   /// Marks the communicator aborted with `reason` and runs the backend's abort once.
   /// Returns whether this call was the one that aborted.
   bool abort(const std::string& reason) noexcept;
+  /// `abort` in two halves (Note [Aborted before the waiter wakes]): `mark_aborted` only sets
+  /// `aborted()` and the reason, at once, and returns whether this call was the first;
+  /// `finish_abort` then runs the backend's abort (ncclCommAbort can take seconds), once.
+  bool mark_aborted(const std::string& reason) noexcept;
+  void finish_abort() noexcept;
   bool aborted() const noexcept { return aborted_.load(); }
   std::string abort_reason() const;
 
@@ -90,6 +95,7 @@ class CommContext {
   mutable std::mutex mutex_;
   std::string abort_reason_;
   std::function<void()> backend_abort_;
+  bool backend_abort_due_ = false;  // marked aborted, backend abort not yet run
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
   std::uint64_t tracking_steps_ = 0;

@@ -89,15 +89,25 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     } catch (...) {
       error = std::current_exception();
     }
-    if (!work.fail(error)) {
-      return;  // finished meanwhile, or failed by someone else first
+    // Note [Aborted before the waiter wakes]
+    // The caller that this failure wakes must find the communicator aborted already: a check of
+    // aborted(), or its next collective, must not see a communicator that is still usable while
+    // ncclCommAbort runs (it takes the backend's lock, for seconds on NCCL: a collective issued
+    // then waited for it, 3.3 s on an H200, before failing). So the communicator is marked
+    // aborted first, the work failed next, and the backend's abort runs after. Marked, it is
+    // aborted to the end even if the work finished meanwhile (at its very deadline).
+    const bool marked = context.mark_aborted(what);
+    const bool failed_here = work.fail(error);
+    if (failed_here) {
+      COHORT_LOG(error) << what;
+      if (watchdog) {
+        watchdog->report_failure(what);  // publishes, then aborts this rank's other communicators
+      }
     }
-    COHORT_LOG(error) << what;
-    if (watchdog) {
-      watchdog->report_failure(what);
+    if (marked || failed_here) {
+      context.finish_abort();
+      context.fail_in_flight(error);
     }
-    context.abort(what);
-    context.fail_in_flight(error);
   } catch (...) {
     work.fail(std::current_exception());
   }
