@@ -112,12 +112,15 @@ std::uint64_t DistributedSampler::global_batch() const noexcept {
 void DistributedSampler::compute_permutation() {
   permutation_epoch_ = position_.epoch;
   const std::uint64_t padded = steps_per_epoch_ * global_batch();
-  const std::size_t bytes = padded * sizeof(std::int64_t);
+  // The device permutes every sample in place before the first `padded` are used: with
+  // LastBatch::drop, `padded` is below the data set's size, and the buffer must hold all of it.
+  const std::uint64_t stored = std::max(padded, options_.dataset_size);
   // In stream order: batches of the previous epoch already enqueued keep their memory.
-  permutation_ = Buffer(options_.resource, bytes, stream_, MemoryCategory::other);
+  permutation_ = Buffer(options_.resource, stored * sizeof(std::int64_t), stream_,
+                        MemoryCategory::other);
   if (stream_.device().is_host()) {
     const std::vector<std::int64_t> host = host_permutation(options_, position_.epoch, padded);
-    std::memcpy(permutation_.data(), host.data(), bytes);
+    std::memcpy(permutation_.data(), host.data(), padded * sizeof(std::int64_t));
     return;
   }
 #if COHORT_WITH_CUDA
@@ -193,14 +196,14 @@ std::vector<std::int64_t> DistributedSampler::host_indices(SamplerPosition posit
 
 std::vector<std::int64_t> DistributedSampler::download_permutation() {
   if (permutation_.empty() || permutation_epoch_ != position_.epoch) compute_permutation();
-  std::vector<std::int64_t> host(permutation_.size_bytes() / sizeof(std::int64_t));
+  std::vector<std::int64_t> host(steps_per_epoch_ * global_batch());
+  const std::size_t bytes = host.size() * sizeof(std::int64_t);
   stream_.synchronize();
   if (stream_.device().is_host()) {
-    std::memcpy(host.data(), permutation_.data(), permutation_.size_bytes());
+    std::memcpy(host.data(), permutation_.data(), bytes);
   } else {
 #if COHORT_WITH_CUDA
-    COHORT_CUDA_TRY(cudaMemcpy(host.data(), permutation_.data(), permutation_.size_bytes(),
-                               cudaMemcpyDeviceToHost));
+    COHORT_CUDA_TRY(cudaMemcpy(host.data(), permutation_.data(), bytes, cudaMemcpyDeviceToHost));
 #endif
   }
   return host;

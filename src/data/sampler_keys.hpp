@@ -36,8 +36,10 @@ COHORT_HOST_DEVICE inline std::uint64_t sample_key(std::uint64_t epoch_word, std
 
 #if COHORT_WITH_CUDA
 /// Writes the permutation of [0, count) for `epoch_word` (or the identity when !shuffle) to
-/// `permutation`, then entries [count, padded_count) as permutation[i mod count]. Enqueued on
-/// `cuda_stream`; the sort's temporaries come from `resource` in stream order.
+/// `permutation`, then entries [count, padded_count) as permutation[i mod count]. `permutation`
+/// holds max(count, padded_count) entries: the whole permutation is written even when only the
+/// first padded_count < count are used (LastBatch::drop). Enqueued on `stream`; the sort's
+/// temporaries come from `resource` in stream order.
 void cuda_permutation(std::int64_t* permutation, std::uint64_t count, std::uint64_t padded_count,
                       std::uint64_t epoch_word, bool shuffle, MemoryResource& resource,
                       const Stream& stream);

@@ -49,7 +49,9 @@ TEST_F(SamplerGpu, PermutationEqualsTheHostOneBitForBit) {
       options.last_batch = policy;
       options.resource = counted;
       cohort::DistributedSampler device(options, stream);
-      cohort::DistributedSampler host(options, cohort::Stream::create(cohort::Device::host()));
+      cohort::SamplerOptions host_options = options;
+      host_options.resource = nullptr;  // the device pool cannot serve the host
+      cohort::DistributedSampler host(host_options, cohort::Stream::create(cohort::Device::host()));
       for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
         device.seek({epoch, 0});
         host.seek({epoch, 0});

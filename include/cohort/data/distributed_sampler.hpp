@@ -128,7 +128,7 @@ class DistributedSampler {
   std::uint64_t steps_per_epoch_ = 0;
   SamplerPosition position_;
   std::uint64_t permutation_epoch_ = 0;
-  Buffer permutation_;  // [steps_per_epoch x global_batch] on the stream's device
+  Buffer permutation_;  // [steps_per_epoch x global_batch] used; max(that, dataset_size) held
 };
 
 /// The permutation of [0, dataset_size) for (seed, epoch), computed on the host; a sampler on any
