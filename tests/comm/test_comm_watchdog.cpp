@@ -14,6 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -52,8 +53,9 @@ class WatchdogTest : public ::testing::Test {
       cohort::detail::Watchdog::start(store_->clone(), 0);
 };
 
-/// Whether `condition` holds within `limit`: the watchdog fails a work first, then publishes the
-/// failure and aborts, so a waiter that saw the work fail may look a moment too early.
+/// Whether `condition` holds within `limit`: the watchdog marks the communicator aborted and
+/// fails the work first, then publishes the failure and runs the backend's abort, so a waiter
+/// that saw the work fail may look for those a moment too early.
 template <typename Condition>
 bool eventually(Condition condition, std::chrono::milliseconds limit = 2000ms) {
   const auto give_up = Clock::now() + limit;
@@ -159,6 +161,72 @@ TEST_F(WatchdogTest, ACollectiveStuckInTheBackendsEnqueueIsFailedAtItsDeadline) 
   EXPECT_THROW(work.wait(), cohort::TimeoutError);
   EXPECT_TRUE(eventually([&] { return published(); }));
   EXPECT_TRUE(eventually([&] { return comm.aborted(); }));
+}
+
+/// The world store behind a watchdog, slow to publish a failure (a store across a busy network).
+class SlowToPublishStore final : public cohort::Store {
+ public:
+  explicit SlowToPublishStore(std::shared_ptr<cohort::Store> base) : base_(std::move(base)) {}
+  void set(std::string_view key, std::string_view value) override { base_->set(key, value); }
+  std::string get(std::string_view key, cohort::Milliseconds timeout) override {
+    return base_->get(key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys, cohort::Milliseconds timeout) override {
+    base_->wait(keys, timeout);
+  }
+  bool check(const std::vector<std::string>& keys) override { return base_->check(keys); }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    return base_->add(key, delta);
+  }
+  std::string compare_set(std::string_view key, std::string_view expected,
+                          std::string_view desired) override {
+    std::this_thread::sleep_for(400ms);
+    return base_->compare_set(key, expected, desired);
+  }
+  bool remove(std::string_view key) override { return base_->remove(key); }
+  std::unique_ptr<cohort::Store> clone() const override {
+    return std::make_unique<SlowToPublishStore>(base_->clone());
+  }
+  std::string describe() const override { return "slow " + base_->describe(); }
+
+ private:
+  std::shared_ptr<cohort::Store> base_;
+};
+
+// Note [Aborted before the waiter wakes]: on an H200 a waiter woken by its collective's deadline
+// found the communicator not yet aborted, and its next collective waited 3.3 s for
+// ncclCommAbort. Here publishing the failure takes 400 ms and the backend's abort 1 s; the
+// waiter must find the communicator aborted the moment it wakes, with the reason.
+TEST(WatchdogAbortOrder, AWaiterWokenAtItsDeadlineFindsTheCommunicatorAbortedAlready) {
+  auto store = std::make_shared<cohort::MemoryStore>();
+  auto watchdog = cohort::detail::Watchdog::start(
+      std::make_unique<SlowToPublishStore>(store->clone()), 0);
+  auto context = std::make_shared<CommContext>(cohort::StoreGroup(
+      std::make_shared<cohort::PrefixStore>("test", store), 0, 1, 300ms, {0}, "test"));
+  context->name = "test";
+  context->id = "test";
+  context->monitor_store = std::make_shared<cohort::PrefixStore>("test", store);
+  context->backend_version = "test backend";
+  context->watchdog = watchdog;
+  std::atomic<bool> backend_aborted{false};
+  context->set_backend_abort([&backend_aborted] {
+    std::this_thread::sleep_for(1s);  // ncclCommAbort of a communicator: seconds
+    backend_aborted = true;
+  });
+  watchdog->add(context);
+  auto work = make_work(*context);
+  work->set_completion_probe([] { return false; });  // the collective never completes
+  context->track(work);
+  ASSERT_TRUE(work->wait_until(Clock::now() + 10s)) << "the deadline never failed the work";
+  EXPECT_TRUE(context->aborted()) << "woken by the failure, but the communicator is not aborted";
+  EXPECT_THAT(context->abort_reason(), ::testing::HasSubstr("did not complete within 300 ms"));
+  EXPECT_FALSE(backend_aborted) << "the waiter was woken only after the backend's abort";
+  EXPECT_THROW(work->rethrow_if_failed(), cohort::TimeoutError);
+  EXPECT_TRUE(eventually([&] { return backend_aborted.load(); }, 5000ms))
+      << "the backend's abort never ran";
+  EXPECT_TRUE(eventually([&] { return store->check({"failure"}); }, 5000ms))
+      << "the failure was never published";
+  watchdog->stop();
 }
 
 TEST(EventPool, ReusesAnEventOnceItsLastHolderLetsGo) {
