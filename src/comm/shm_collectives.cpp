@@ -11,6 +11,14 @@
 namespace cohort::detail {
 namespace {
 
+// The chunk choice of Note [Chunked shared-memory all-reduce], at the sizes it was measured at.
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{33} << 10) == std::size_t{64} << 10);
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{256} << 10) == std::size_t{64} << 10);
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{512} << 10) == std::size_t{128} << 10);
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{1} << 20) == std::size_t{256} << 10);
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{4} << 20) == std::size_t{512} << 10);
+static_assert(ShmEngine::all_reduce_chunk_bytes(std::size_t{64} << 20) == std::size_t{512} << 10);
+
 using Flag = ShmSegment::Flag;
 constexpr int kEveryRank = -1;
 
@@ -106,12 +114,18 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
       // others. It then copies out every other share whose rank has posted `reduced`, and waits
       // (yielding its core) only when none is ready, instead of waiting for every rank: with
       // more ranks than cores it copies from the ranks that ran while the rest still reduce
-      // (256 KiB: 141-146 us against 148-167 us waiting for each in turn). Chunks are 64 KiB,
-      // not a whole slot: the chunk's slots then stay in the cores' caches and one chunk's
-      // copy-in overlaps another's reduction. With 4 processes on 2 cores (medians of 100, in
-      // place) 256 KiB took 140-147 us in 64 KiB chunks against 156-162 us in 1 MiB ones, 4 MiB
-      // 2.5-2.8 against 3.5-3.7 ms; 32 KiB chunks were slower again (164-166 us at 256 KiB).
-      const std::size_t chunk_elements = kAllReduceChunkBytes / sizeof(T);
+      // (256 KiB: 141-146 us against 148-167 us waiting for each in turn).
+      // The chunk is a quarter of the all-reduce, between 64 KiB and 512 KiB
+      // (ShmEngine::all_reduce_chunk_bytes): small chunks keep a chunk's slots in the cores'
+      // caches and overlap one chunk's copy-in with another's reduction, large ones pay fewer
+      // waits, each a switch between processes when ranks outnumber cores. Measured with 4
+      // processes on 2 cores (medians, in place): on an Intel Xeon (2 MiB L2 a core, load 16-21)
+      // 256 KiB took 140-147 us in 64 KiB chunks against 156-162 us in one, and 4 MiB 2.5-2.8
+      // ms in 64 KiB chunks against 3.5-3.7 ms in 1 MiB ones; on an AMD EPYC (1 MiB L2 a core,
+      // quiet; 6 rounds) 64 KiB chunks lost to Open MPI at 1 MiB (577 against 514 us) where
+      // this choice gives 432 us, and 4 MiB 1.96 ms against 2.43 ms in 64 KiB chunks and 2.56
+      // for Open MPI (docs/performance.md).
+      const std::size_t chunk_elements = all_reduce_chunk_bytes(count * sizeof(T)) / sizeof(T);
       for (std::size_t offset = 0; offset < count; offset += chunk_elements) {
         const std::size_t chunk = std::min(chunk_elements, count - offset);
         auto share_begin = [&](std::size_t r) { return chunk * r / n; };

@@ -8,7 +8,7 @@
 // that finishes early starts copying the next chunk while the others still read.
 // - all-reduce, small (up to kSmallBytes): copy in, post `arrived`, wait for every rank, reduce
 //   all slots in rank order into the output (every rank computes the same bits), post `done`.
-// - all-reduce, large: 64 KiB chunks; after `arrived`, rank r reduces its 1/n share of the
+// - all-reduce, large: chunks of 64-512 KiB; after `arrived`, rank r reduces its 1/n share of the
 //   chunk (its own part from its input, the others' from their slots), writes it to its output
 //   and into its own slot, posts `reduced`; it copies each other share out once that share's
 //   rank posted `reduced` (reduce-scatter + all-gather; Note [Chunked shared-memory all-reduce]).
@@ -31,10 +31,21 @@ class ShmEngine {
  public:
   /// Bytes of one slot: the chunk of a pipelined collective.
   static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
+  static_assert(std::size_t{512} << 10 <= kSlotBytes, "an all-reduce chunk must fit a slot");
   /// All-reduces up to this size take one round with one wait.
   static constexpr std::size_t kSmallBytes = std::size_t{32} << 10;
-  /// The chunk of a larger all-reduce (Note [Chunked shared-memory all-reduce]).
-  static constexpr std::size_t kAllReduceChunkBytes = std::size_t{64} << 10;
+  /// The chunks of a larger all-reduce (Note [Chunked shared-memory all-reduce]): a quarter of
+  /// the all-reduce, rounded down to a power of two, at least kMinChunkBytes and at most
+  /// kMaxChunkBytes. The same on every rank, since every rank reduces the same size.
+  static constexpr std::size_t kMinChunkBytes = std::size_t{64} << 10;
+  static constexpr std::size_t kMaxChunkBytes = std::size_t{512} << 10;
+  static constexpr std::size_t all_reduce_chunk_bytes(std::size_t bytes) noexcept {
+    std::size_t chunk = kMinChunkBytes;
+    while (chunk < kMaxChunkBytes && chunk * 8 <= bytes) {
+      chunk *= 2;
+    }
+    return chunk;
+  }
 
   /// Opens the segment of `context` (none for a single rank). Collective.
   explicit ShmEngine(CommContext& context);

@@ -151,22 +151,29 @@ TEST_P(EveryCollective, MatchesClosedFormResults) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryCollective, ::testing::Range(1, 9),
                          [](const auto& param_info) { return std::to_string(param_info.param) + "ranks"; });
 
-// An all-reduce of several shared-memory slots and a part of one: every chunk and
-// every rank's share of it lands in the right place, exactly.
+// All-reduces of several chunks and a part of one, at each chunk size the shared-memory path
+// picks (64, 128, 256 and 512 KiB: a quarter of the all-reduce), and of several slots: every
+// chunk and every rank's share of it lands in the right place, exactly.
 TEST(World, AllReduceOfSeveralChunksIsExact) {
-  constexpr std::size_t kCount = (std::size_t{10} << 20) / sizeof(float) + 7;  // 10 MiB + 7 floats
+  const std::size_t counts[] = {(std::size_t{300} << 10) / sizeof(float) + 1,
+                                (std::size_t{700} << 10) / sizeof(float) + 3,
+                                (std::size_t{1} << 20) / sizeof(float) + 5,
+                                (std::size_t{10} << 20) / sizeof(float) + 7};
   cohort::run_local(
       3,
-      [](cohort::World& world) {
+      [&](cohort::World& world) {
         const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
-        std::vector<float> values(kCount);
-        for (std::size_t i = 0; i < kCount; ++i) {
-          values[i] = static_cast<float>((i % 1009) * static_cast<std::size_t>(world.rank() + 1));
-        }
-        world.comm().all_reduce(std::span<float>(values), cohort::ReduceOp::sum, stream);
-        stream.synchronize();
-        for (std::size_t i = 0; i < kCount; ++i) {
-          ASSERT_EQ(values[i], static_cast<float>((i % 1009) * 6)) << "element " << i;
+        for (const std::size_t count : counts) {
+          std::vector<float> values(count);
+          for (std::size_t i = 0; i < count; ++i) {
+            values[i] = static_cast<float>((i % 1009) * static_cast<std::size_t>(world.rank() + 1));
+          }
+          world.comm().all_reduce(std::span<float>(values), cohort::ReduceOp::sum, stream);
+          stream.synchronize();
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(values[i], static_cast<float>((i % 1009) * 6))
+                << "element " << i << " of " << count;
+          }
         }
       },
       host_options());
