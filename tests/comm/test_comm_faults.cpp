@@ -4,6 +4,7 @@
 #include <cohort/core/stream.hpp>
 #include <cohort/launch/memory_store.hpp>
 
+#include "support/forwarding_store.hpp"
 #include "support/test_helpers.hpp"
 
 #include <gmock/gmock.h>
@@ -209,37 +210,21 @@ TEST(Faults, RankThatNeverJoinsIsNamed) {
 }
 
 /// A store that never records the keys ending in `dropped`: a member whose messages are lost.
-class DroppingStore final : public cohort::Store {
+class DroppingStore final : public cohort_test::ForwardingStore {
  public:
   DroppingStore(std::shared_ptr<cohort::Store> base, std::string dropped)
-      : base_(std::move(base)), dropped_(std::move(dropped)) {}
+      : ForwardingStore(std::move(base)), dropped_(std::move(dropped)) {}
   void set(std::string_view key, std::string_view value) override {
     if (!key.ends_with(dropped_)) {
-      base_->set(key, value);
+      ForwardingStore::set(key, value);
     }
   }
-  std::string get(std::string_view key, cohort::Milliseconds timeout) override {
-    return base_->get(key, timeout);
-  }
-  void wait(const std::vector<std::string>& keys, cohort::Milliseconds timeout) override {
-    base_->wait(keys, timeout);
-  }
-  bool check(const std::vector<std::string>& keys) override { return base_->check(keys); }
-  std::int64_t add(std::string_view key, std::int64_t delta) override {
-    return base_->add(key, delta);
-  }
-  std::string compare_set(std::string_view key, std::string_view expected,
-                          std::string_view desired) override {
-    return base_->compare_set(key, expected, desired);
-  }
-  bool remove(std::string_view key) override { return base_->remove(key); }
   std::unique_ptr<cohort::Store> clone() const override {
-    return std::make_unique<DroppingStore>(std::shared_ptr<cohort::Store>(base_->clone()), dropped_);
+    return std::make_unique<DroppingStore>(std::shared_ptr<cohort::Store>(base()->clone()), dropped_);
   }
   std::string describe() const override { return "DroppingStore"; }
 
  private:
-  std::shared_ptr<cohort::Store> base_;
   std::string dropped_;
 };
 

@@ -4,6 +4,7 @@
 #include "comm/comm_context.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/work_state.hpp"
+#include "support/forwarding_store.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/error.hpp>
@@ -164,33 +165,18 @@ TEST_F(WatchdogTest, ACollectiveStuckInTheBackendsEnqueueIsFailedAtItsDeadline) 
 }
 
 /// The world store behind a watchdog, slow to publish a failure (a store across a busy network).
-class SlowToPublishStore final : public cohort::Store {
+class SlowToPublishStore final : public cohort_test::ForwardingStore {
  public:
-  explicit SlowToPublishStore(std::shared_ptr<cohort::Store> base) : base_(std::move(base)) {}
-  void set(std::string_view key, std::string_view value) override { base_->set(key, value); }
-  std::string get(std::string_view key, cohort::Milliseconds timeout) override {
-    return base_->get(key, timeout);
-  }
-  void wait(const std::vector<std::string>& keys, cohort::Milliseconds timeout) override {
-    base_->wait(keys, timeout);
-  }
-  bool check(const std::vector<std::string>& keys) override { return base_->check(keys); }
-  std::int64_t add(std::string_view key, std::int64_t delta) override {
-    return base_->add(key, delta);
-  }
+  using ForwardingStore::ForwardingStore;
   std::string compare_set(std::string_view key, std::string_view expected,
                           std::string_view desired) override {
     std::this_thread::sleep_for(400ms);
-    return base_->compare_set(key, expected, desired);
+    return ForwardingStore::compare_set(key, expected, desired);
   }
-  bool remove(std::string_view key) override { return base_->remove(key); }
   std::unique_ptr<cohort::Store> clone() const override {
-    return std::make_unique<SlowToPublishStore>(base_->clone());
+    return std::make_unique<SlowToPublishStore>(base()->clone());
   }
-  std::string describe() const override { return "slow " + base_->describe(); }
-
- private:
-  std::shared_ptr<cohort::Store> base_;
+  std::string describe() const override { return "slow " + ForwardingStore::describe(); }
 };
 
 // Note [Aborted before the waiter wakes]: on an H200 a waiter woken by its collective's deadline
