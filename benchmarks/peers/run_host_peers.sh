@@ -9,7 +9,9 @@
 #
 #   benchmarks/peers/run_host_peers.sh [--build build/host-only] [--rounds 3] [--out DIR]
 #       [--ranks 4] [--sizes 1K:64M] [--mlp "--hidden 256 --layers 3"] [--steps 300]
-#       [--warmup 10] [--mlp-only]
+#       [--warmup 10] [--iters 20] [--mlp-only]
+# --iters: timed all-reduces per size for cohort and for Open MPI alike (each rank's median is
+# taken); with more ranks than cores the rounds scatter, and more iterations steady them.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../../scripts/lib/common.sh
@@ -23,6 +25,7 @@ mlp="--hidden 256 --layers 3"
 steps=300
 warmup=10
 mlp_only=0
+iters=20
 out=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --mlp) mlp=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
     --mlp-only) mlp_only=1; shift ;;
     --out) out=$2; shift 2 ;;
     *) echo "run_host_peers.sh: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;
@@ -41,6 +45,7 @@ done
 build=$(cd "$build" && pwd)
 out=${out:-$build/peers/results-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
+echo "iters $iters" >"$out/settings.txt"  # for summarize_peers.py
 cohortrun="$build/tools/cohortrun/cohortrun"
 bench="$build/benchmarks/allreduce_bench"
 train="$build/examples/train_mlp/train_mlp"
@@ -88,10 +93,10 @@ for round in $(seq 1 "$rounds"); do
     for transport in shm gloo; do
       record_load "$round" "allreduce-$transport"
       "$cohortrun" --nproc-per-node "$ranks" "$bench" --transport "$transport" -b "$min" -e "$max" \
-        -f 4 -n 20 -w 5 --json "$out/allreduce-$transport-$round.json" >"$out/allreduce-$transport-$round.log" 2>&1
+        -f 4 -n "$iters" -w 5 --json "$out/allreduce-$transport-$round.json" >"$out/allreduce-$transport-$round.log" 2>&1
     done
     record_load "$round" mpi
-    mpirun "${mpirun_args[@]}" "$mpi_peer" "$(to_bytes "$min")" "$(to_bytes "$max")" 4 20 5 \
+    mpirun "${mpirun_args[@]}" "$mpi_peer" "$(to_bytes "$min")" "$(to_bytes "$max")" 4 "$iters" 5 \
       >"$out/mpi-$round.txt" 2>"$out/mpi-$round.log"
   fi
   # The trainers take turns going first, so that neither always meets the other's leftovers.

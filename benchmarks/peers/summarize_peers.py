@@ -7,8 +7,19 @@ import statistics
 import sys
 
 
+def round_of(path):
+    """The round number at the end of a result's name ("allreduce-shm-12.json": 12)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    tail = stem.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def in_rounds(pattern):
+    return sorted(glob.glob(pattern), key=round_of)
+
+
 def load(pattern):
-    return [json.load(open(path)) for path in sorted(glob.glob(pattern))]
+    return [json.load(open(path)) for path in in_rounds(pattern)]
 
 
 def median(values):
@@ -24,24 +35,31 @@ def fmt_us(us):
 
 def main(folder):
     rounds = {t: load(os.path.join(folder, f"allreduce-{t}-*.json")) for t in ("shm", "gloo")}
-    mpi = {}
-    for path in sorted(glob.glob(os.path.join(folder, "mpi-*.txt"))):
+    mpi = {}  # size -> one time per round, in round order
+    for path in in_rounds(os.path.join(folder, "mpi-*.txt")):
         for line in open(path):
             size, us = line.split()
             mpi.setdefault(int(size), []).append(float(us))
+    iters = 20  # run_host_peers.sh's default; its settings.txt says otherwise
+    settings = os.path.join(folder, "settings.txt")
+    if os.path.exists(settings):
+        for line in open(settings):
+            key, _, value = line.partition(" ")
+            if key == "iters":
+                iters = int(value)
     if rounds["shm"]:
-        summarize_allreduce(rounds, mpi)
+        summarize_allreduce(rounds, mpi, iters)
     summarize_training(folder)
 
 
-def summarize_allreduce(rounds, mpi):
+def summarize_allreduce(rounds, mpi, iters):
     sizes = sorted({r["bytes"] for runs in rounds.values() for run in runs for r in run["records"]})
     count = len(rounds["shm"])
     machine = rounds["shm"][0]["machine"] if rounds["shm"] else "?"
     print(f"All-reduce, f32 sum in place, 4 host processes, {machine}; medians over {count} rounds")
-    print("(each round: per-rank median of 20 iterations after 5 warm-up, averaged over ranks)\n")
-    print("| size | cohort shm | cohort gloo | raw Gloo | Open MPI | memcpy | shm / MPI |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"(each round: per-rank median of {iters} iterations after 5 warm-up, averaged over ranks)\n")
+    print("| size | cohort shm | cohort gloo | raw Gloo | Open MPI | memcpy | shm / MPI | rounds shm faster |")
+    print("|---|---|---|---|---|---|---|---|")
     for size in sizes:
         def column(transport, key):
             return median([r[key] for run in rounds[transport] for r in run["records"]
@@ -52,9 +70,14 @@ def summarize_allreduce(rounds, mpi):
         copy = column("shm", "memcpy_time_us")
         peer = median(mpi.get(size, []))
         ratio = f"{shm / peer:.2f}" if shm and peer else "n/a"
+        # Round by round (each round runs both): in how many was shared memory the faster.
+        shm_rounds = [next((r["time_us"] for r in run["records"] if r["bytes"] == size), None)
+                      for run in rounds["shm"]]
+        pairs = [(a, b) for a, b in zip(shm_rounds, mpi.get(size, [])) if a is not None]
+        faster = f"{sum(a < b for a, b in pairs)} of {len(pairs)}" if pairs else "n/a"
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
         print(f"| {label} | {fmt_us(shm)} | {fmt_us(gloo)} | {fmt_us(raw)} | {fmt_us(peer)} | "
-              f"{fmt_us(copy)} | {ratio} |")
+              f"{fmt_us(copy)} | {ratio} | {faster} |")
 
 
 def summarize_training(folder):
