@@ -27,6 +27,19 @@
 #include <vector>
 
 namespace cohort::detail {
+
+/// Memory of a communicator's worker, reused by its collectives (one at a time).
+struct GlooScratch {
+  std::vector<std::byte> bytes;
+  template <typename T>
+  T* get(std::size_t count) {
+    if (bytes.size() < count * sizeof(T)) {
+      bytes.resize(count * sizeof(T));
+    }
+    return reinterpret_cast<T*>(bytes.data());
+  }
+};
+
 namespace {
 
 // Note [Aborting Gloo]
@@ -35,8 +48,8 @@ namespace {
 // operation gets the collective's deadline as its Gloo timeout (the watchdog diagnoses first: it
 // polls, Gloo would only say "timed out"), and a communicator destroyed after an abort waits for
 // its worker thread only so long (Note [Host worker teardown]): the worker holds what it uses
-// (the Gloo context, the communicator's context) but nothing of the communicator object, and
-// never touches user buffers after the abort. Gloo's timeout is the
+// (the Gloo context, the communicator's context, its scratch memory) but nothing of the
+// communicator object, and Gloo never runs on user buffers (Note [Gloo on its own buffers]). Gloo's timeout is the
 // deadline plus a grace, so that the watchdog, which knows more, is the one to report it.
 constexpr auto kGlooGrace = std::chrono::seconds(2);
 
@@ -103,29 +116,46 @@ void divide(T* data, std::size_t count, int divisor) {
   }
 }
 
-bool overlaps(const TensorView& a, const TensorView& b) {
-  const auto* a_begin = static_cast<const std::byte*>(a.data());
-  const auto* b_begin = static_cast<const std::byte*>(b.data());
-  return a.bytes() > 0 && b.bytes() > 0 && a_begin < b_begin + b.bytes() &&
-         b_begin < a_begin + a.bytes();
+// Note [Gloo on its own buffers]
+// Gloo cannot be interrupted (Note [Aborting Gloo]): a collective blocked on a peer that failed
+// returns only at Gloo's own timeout, and until then the data that other peers still send is
+// reduced into its buffers. Had those been the caller's, the caller, told of the failure (its
+// wait returns once the buffers are released, or after kReleasePatience), would free them while
+// Gloo still wrote into them: ThreadSanitizer caught a reduction writing into a freed vector.
+// So the worker copies the input into memory of its own, releases the caller's buffers before
+// Gloo runs (a failed work's wait then returns at once), and writes the result back only if the
+// work has not failed meanwhile, holding the buffers again for that copy
+// (WorkState::hold_unless_finished). It costs one more copy of the data per collective, small
+// next to the same bytes through TCP; one rank alone calls no Gloo and copies directly.
+
+/// Copies `bytes` of the result into the caller's buffer unless the work failed meanwhile.
+void write_back(WorkState& work, void* destination, const void* source, std::size_t bytes) {
+  if (bytes == 0 || !work.hold_unless_finished()) {
+    return;
+  }
+  std::memcpy(destination, source, bytes);
+  work.release();
 }
 
-/// Runs one collective on the calling thread. After an abort it touches no user buffer.
+/// Runs one collective on the calling thread, the worker's. Gloo works on `scratch` only, and
+/// the caller's buffers are touched before Gloo runs and, unless the work failed, after.
 void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
-             const CommContext& ctx) {
+             const CommContext& ctx, WorkState& work, GlooScratch& scratch) {
   const auto timeout = ctx.timeout() + kGlooGrace;
   auto check_not_aborted = [&] {
     COHORT_CHECK(!ctx.aborted(), Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
   };
   if (call.op == CollectiveOp::barrier) {
+    work.release();
     gloo::BarrierOptions options(gloo);
     options.setTimeout(timeout);
     gloo::barrier(options);
     return;
   }
+  const bool alone = ctx.size() == 1;
   visit_dtype(call.input.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    auto* input = static_cast<T*>(call.input.data());
+    const auto* input = static_cast<const T*>(call.input.data());
     auto* output = static_cast<T*>(call.output.data());
     switch (call.op) {
       case CollectiveOp::all_reduce: {
@@ -133,20 +163,23 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0) {
           return;
         }
-        if (input != output) {
-          std::memcpy(output, input, call.output.bytes());
+        if (alone) {  // the input is the result (avg divides by one)
+          std::memmove(output, input, call.output.bytes());
+          return;
         }
-        if (ctx.size() > 1) {
-          gloo::AllreduceOptions options(gloo);
-          options.setOutput(output, count);
-          options.setReduceFunction(reduce_function<T>(call.reduce));
-          options.setTimeout(timeout);
-          gloo::allreduce(options);
-          check_not_aborted();
-        }
+        T* data = scratch.get<T>(count);
+        std::memcpy(data, input, call.output.bytes());
+        work.release();
+        gloo::AllreduceOptions options(gloo);
+        options.setOutput(data, count);
+        options.setReduceFunction(reduce_function<T>(call.reduce));
+        options.setTimeout(timeout);
+        gloo::allreduce(options);
+        check_not_aborted();
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size());
+          divide(data, count, ctx.size());
         }
+        write_back(work, output, data, call.output.bytes());
         return;
       }
       case CollectiveOp::reduce_scatter: {
@@ -156,20 +189,24 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0) {
           return;
         }
-        std::vector<T> scratch(input, input + call.input.count());
-        if (ctx.size() > 1) {
-          gloo::AllreduceOptions options(gloo);
-          options.setOutput(scratch.data(), scratch.size());
-          options.setReduceFunction(reduce_function<T>(call.reduce));
-          options.setTimeout(timeout);
-          gloo::allreduce(options);
-          check_not_aborted();
+        if (alone) {
+          std::memmove(output, input, count * sizeof(T));
+          return;
         }
-        std::memcpy(output, scratch.data() + static_cast<std::size_t>(ctx.rank()) * count,
-                    count * sizeof(T));
+        T* data = scratch.get<T>(call.input.count());
+        std::memcpy(data, input, call.input.bytes());
+        work.release();
+        gloo::AllreduceOptions options(gloo);
+        options.setOutput(data, call.input.count());
+        options.setReduceFunction(reduce_function<T>(call.reduce));
+        options.setTimeout(timeout);
+        gloo::allreduce(options);
+        check_not_aborted();
+        T* mine = data + static_cast<std::size_t>(ctx.rank()) * count;
         if (call.reduce == ReduceOp::avg) {
-          divide(output, count, ctx.size());
+          divide(mine, count, ctx.size());
         }
+        write_back(work, output, mine, count * sizeof(T));
         return;
       }
       case CollectiveOp::all_gather: {
@@ -177,32 +214,44 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0) {
           return;
         }
-        std::vector<T> staged;
-        if (overlaps(call.input, call.output)) {
-          staged.assign(input, input + count);
-          input = staged.data();
-        }
-        if (ctx.size() == 1) {
-          std::memcpy(output, input, count * sizeof(T));
+        if (alone) {
+          std::memmove(output, input, count * sizeof(T));
           return;
         }
+        const std::size_t total = count * static_cast<std::size_t>(ctx.size());
+        T* gathered = scratch.get<T>(total + count);
+        T* mine = gathered + total;  // the input may lie inside the output: staged apart
+        std::memcpy(mine, input, count * sizeof(T));
+        work.release();
         gloo::AllgatherOptions options(gloo);
-        options.setInput(input, count);
-        options.setOutput(output, count * static_cast<std::size_t>(ctx.size()));
+        options.setInput(mine, count);
+        options.setOutput(gathered, total);
         options.setTimeout(timeout);
         gloo::allgather(options);
+        check_not_aborted();
+        write_back(work, output, gathered, total * sizeof(T));
         return;
       }
       case CollectiveOp::broadcast: {
         const std::size_t count = call.output.count();
-        if (count == 0 || ctx.size() == 1) {
+        if (count == 0 || alone) {
           return;
         }
+        T* data = scratch.get<T>(count);
+        const bool root = ctx.rank() == call.root;
+        if (root) {
+          std::memcpy(data, output, count * sizeof(T));
+        }
+        work.release();
         gloo::BroadcastOptions options(gloo);
         options.setRoot(call.root);
-        options.setOutput(output, count);
+        options.setOutput(data, count);
         options.setTimeout(timeout);
         gloo::broadcast(options);
+        check_not_aborted();
+        if (!root) {
+          write_back(work, output, data, count * sizeof(T));
+        }
         return;
       }
       case CollectiveOp::barrier:
@@ -300,6 +349,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
   }
   gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout() + kGlooGrace);
   worker_ = HostWorker::start();
+  scratch_ = std::make_shared<GlooScratch>();
   ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
   publish_progress(ctx);
 }
@@ -312,8 +362,12 @@ void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }
 
 void GlooCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
+  // The task owns what it uses (the Gloo context, the scratch, the work): after an abort it may
+  // outlive this communicator (Note [Host worker teardown]).
   run_on_worker(*worker_, stream, work, shared_context(),
-                [call, gloo = gloo_, context = shared_context()] { execute(call, gloo, *context); });
+                [call, gloo = gloo_, context = shared_context(), work, scratch = scratch_] {
+                  execute(call, gloo, *context, *work, *scratch);
+                });
 }
 
 std::unique_ptr<Communicator> GlooCommunicator::do_split(int color, int key, std::string name) {

@@ -25,6 +25,9 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only,
 /// route reaches it.
 std::optional<std::string> local_address_toward(const std::string& host);
 
+/// Memory the worker's Gloo collectives run on (Note [Gloo on its own buffers]).
+struct GlooScratch;
+
 class GlooCommunicator final : public Communicator {
  public:
   /// Collective over the members of `context`: connects every pair of ranks through the store.
@@ -43,6 +46,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> gloo_;
   std::shared_ptr<HostWorker> worker_;
+  std::shared_ptr<GlooScratch> scratch_;
 };
 
 }  // namespace cohort::detail

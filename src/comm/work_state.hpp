@@ -50,6 +50,10 @@ class WorkState {
   /// for the work return only after that (`wait_released`), at most `kReleasePatience` later.
   void hold() { held_.store(true, std::memory_order_relaxed); }
   void release();
+  /// Holds the buffers again for a last write into them, unless the work has finished (failed)
+  /// already: then its caller may have freed them, and this returns false. A failure after this
+  /// returned true waits for the `release()` that follows the write.
+  bool hold_unless_finished();
   /// After the work finished: waits until its buffers are released or `patience` passes; says
   /// so on standard error in the second case. Returns whether they were released.
   bool wait_released(Clock::duration patience);
