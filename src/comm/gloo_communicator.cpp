@@ -49,8 +49,9 @@ namespace {
 // polls, Gloo would only say "timed out"), and a communicator destroyed after an abort waits for
 // its worker thread only so long (Note [Host worker teardown]): the worker holds what it uses
 // (the Gloo context, the communicator's context, its scratch memory) but nothing of the
-// communicator object, and Gloo never runs on user buffers (Note [Gloo on its own buffers]). Gloo's timeout is the
-// deadline plus a grace, so that the watchdog, which knows more, is the one to report it.
+// communicator object, and Gloo never runs on user buffers (Note [Gloo on its own buffers]).
+// Gloo's timeout is the deadline plus a grace, so that the watchdog, which knows more, is the
+// one to report it.
 constexpr auto kGlooGrace = std::chrono::seconds(2);
 
 // Element-wise reductions in Gloo's signature, c = a (op) b. 16-bit floats reduce in float and
@@ -159,6 +160,20 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
     using T = decltype(tag);
     const auto* input = static_cast<const T*>(call.input.data());
     auto* output = static_cast<T*>(call.output.data());
+    // Copies `count` elements of `from` into the scratch, lets go of the caller's buffers and
+    // all-reduces the copy; returns it.
+    auto all_reduce_in_scratch = [&](const T* from, std::size_t count) {
+      T* data = scratch.get<T>(count);
+      std::memcpy(data, from, count * sizeof(T));
+      work.release();
+      gloo::AllreduceOptions options(gloo);
+      options.setOutput(data, count);
+      options.setReduceFunction(reduce_function<T>(call.reduce));
+      options.setTimeout(timeout);
+      gloo::allreduce(options);
+      check_not_aborted();
+      return data;
+    };
     switch (call.op) {
       case CollectiveOp::all_reduce: {
         const std::size_t count = call.output.count();
@@ -169,15 +184,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           std::memmove(output, input, call.output.bytes());
           return;
         }
-        T* data = scratch.get<T>(count);
-        std::memcpy(data, input, call.output.bytes());
-        work.release();
-        gloo::AllreduceOptions options(gloo);
-        options.setOutput(data, count);
-        options.setReduceFunction(reduce_function<T>(call.reduce));
-        options.setTimeout(timeout);
-        gloo::allreduce(options);
-        check_not_aborted();
+        T* data = all_reduce_in_scratch(input, count);
         if (call.reduce == ReduceOp::avg) {
           divide(data, count, ctx.size());
         }
@@ -195,16 +202,8 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           std::memmove(output, input, count * sizeof(T));
           return;
         }
-        T* data = scratch.get<T>(call.input.count());
-        std::memcpy(data, input, call.input.bytes());
-        work.release();
-        gloo::AllreduceOptions options(gloo);
-        options.setOutput(data, call.input.count());
-        options.setReduceFunction(reduce_function<T>(call.reduce));
-        options.setTimeout(timeout);
-        gloo::allreduce(options);
-        check_not_aborted();
-        T* mine = data + static_cast<std::size_t>(ctx.rank()) * count;
+        T* mine = all_reduce_in_scratch(input, call.input.count()) +
+                  static_cast<std::size_t>(ctx.rank()) * count;
         if (call.reduce == ReduceOp::avg) {
           divide(mine, count, ctx.size());
         }

@@ -31,7 +31,6 @@ class ShmEngine {
  public:
   /// Bytes of one slot: the chunk of a pipelined collective.
   static constexpr std::size_t kSlotBytes = std::size_t{1} << 20;
-  static_assert(std::size_t{512} << 10 <= kSlotBytes, "an all-reduce chunk must fit a slot");
   /// All-reduces up to this size take one round with one wait.
   static constexpr std::size_t kSmallBytes = std::size_t{32} << 10;
   /// The chunks of a larger all-reduce (Note [Chunked shared-memory all-reduce]): a quarter of
@@ -39,6 +38,7 @@ class ShmEngine {
   /// kMaxChunkBytes. The same on every rank, since every rank reduces the same size.
   static constexpr std::size_t kMinChunkBytes = std::size_t{64} << 10;
   static constexpr std::size_t kMaxChunkBytes = std::size_t{512} << 10;
+  static_assert(kMaxChunkBytes <= kSlotBytes, "an all-reduce chunk must fit a slot");
   static constexpr std::size_t all_reduce_chunk_bytes(std::size_t bytes) noexcept {
     std::size_t chunk = kMinChunkBytes;
     while (chunk < kMaxChunkBytes && chunk * 8 <= bytes) {
