@@ -58,17 +58,18 @@ std::string registry_fingerprint(const std::vector<ManifestParam>& params) {
 }
 
 void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank) {
-  static constexpr const char* kNames[] = {"shard_written", "before_rename", "before_latest"};
+  static constexpr const char* kNames[] = {"shard_started", "shard_written", "before_rename",
+                                           "before_latest"};
   const char* name = kNames[static_cast<int>(point)];
   // The one variable of this layer; read at each point, as tests set it per process.
   if (const auto crash = env::text(env::kCheckpointCrashAt)) {
     const std::string& value = *crash;
     const std::size_t colon = value.find(':');
     const std::string at = value.substr(0, colon);
-    COHORT_EXPECTS(at == kNames[0] || at == kNames[1] || at == kNames[2],
+    COHORT_EXPECTS(std::find(std::begin(kNames), std::end(kNames), at) != std::end(kNames),
                    "COHORT_CHECKPOINT_CRASH_AT=" + value +
-                       ": use shard_written, before_rename or before_latest, optionally "
-                       "followed by :<rank>");
+                       ": use shard_started, shard_written, before_rename or before_latest, "
+                       "optionally followed by :<rank>");
     const bool this_rank = colon == std::string::npos || value.substr(colon + 1) == std::to_string(rank);
     if (at == name && this_rank) {
       COHORT_LOG(warn) << "COHORT_CHECKPOINT_CRASH_AT=" << value << ": killing this process";
@@ -84,8 +85,8 @@ void reach_save_point(const CheckpointOptions& options, SavePoint point, int ran
 // a host with fewer spare cores than ranks), the writer runs in the gaps (collective waits) and
 // in the time slices the scheduler still gives it, instead of taking a core from a step at once.
 // It is not SCHED_IDLE, which could starve the save for as long as the cores stay busy and run
-// into the store's timeouts; a save still finishes while training runs, only later. The copy to
-// staging keeps the normal priority: the optimizer's next step waits for it.
+// into the store's timeouts; a save still finishes while training runs, only later. A GPU's copy
+// to staging keeps the normal priority: the optimizer's next step waits for it.
 void lower_thread_priority() noexcept {
   constexpr int kWriterNice = 10;
   const int current = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
@@ -106,13 +107,15 @@ struct PieceChecksums {
   explicit PieceChecksums(const std::vector<std::uint64_t>& sizes)
       : piece_bytes(sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
 
-  /// Bytes [offset, offset + size) of `file`; `offset` is where the previous call ended.
-  void update(const unsigned char* file, std::uint64_t offset, std::uint64_t size) {
+  /// The file's bytes [offset, offset + size), at `chunk`; `offset` is where the previous call
+  /// ended.
+  void update(const unsigned char* chunk, std::uint64_t offset, std::uint64_t size) {
+    const std::uint64_t start = offset;
     const std::uint64_t end = offset + size;
     while (offset < end) {
       while (offset >= piece_end) piece_end += piece_bytes[++piece];  // past empty pieces too
       const std::uint64_t take = std::min(end, piece_end) - offset;
-      pieces[piece].update(file + offset, take);
+      pieces[piece].update(chunk + (offset - start), take);
       offset += take;
     }
   }
@@ -224,24 +227,41 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
   into.reserve(into.counters_at + counter_bytes);
   into.size = total;
   // The copy runs on the side stream after the work already on the compute stream (Note
-  // [Checkpoint copy]); the user blob is the caller's and is copied now.
+  // [Checkpoint copy]); host arrays are not copied but read in place by the writer (Note
+  // [Checkpoint in place]); the user blob is the caller's and is copied now.
+  const bool in_place = stream.device().is_host();
   Event computed = Event::create(stream.device());
   computed.record(stream);
   into.side->wait(computed);
+  into.piece_sources.clear();
   std::uint64_t at = 0;
   for (const Array& array : arrays_) {
     const detail::PieceRange range = detail::piece_range(array.count, into.shard_count, into.rank);
     const std::size_t element = size_of(array.dtype);
+    const unsigned char* source = nullptr;
     if (range.end > range.begin) {
       COHORT_EXPECTS(range.begin >= array.view_offset &&
                          range.end <= array.view_offset + array.view.count(),
                      "checkpoint array " + array.name + ": this rank does not hold its piece");
-      const auto* source = static_cast<const unsigned char*>(array.view.data()) +
-                           (range.begin - array.view_offset) * element;
-      detail::copy_to_host_async(into.bytes() + at, source, (range.end - range.begin) * element,
-                                 *into.side);
+      source = static_cast<const unsigned char*>(array.view.data()) +
+               (range.begin - array.view_offset) * element;
+      if (!in_place) {
+        detail::copy_to_host_async(into.bytes() + at, source, (range.end - range.begin) * element,
+                                   *into.side);
+      }
     }
+    into.piece_sources.push_back(in_place ? source : nullptr);
     at += (range.end - range.begin) * element;
+  }
+  if (blob) into.piece_sources.push_back(nullptr);
+  into.reads.reset();
+  if (in_place) {
+    into.reads = std::make_shared<InPlaceReads>();
+    into.reads->staged_from = total;
+    if (into.bounce.size_bytes() == 0) {
+      into.bounce = Buffer(into.resource, detail::kWriteChunk + detail::kDirectAlignment,
+                           MemoryCategory::other);
+    }
   }
   std::vector<TensorView> counters;  // in the order decode_counters() reads them
   if (into.steps_copied) counters.push_back(optimizer_->steps_taken_view());
@@ -256,6 +276,88 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
   if (blob && !state.user_blob.empty()) {
     std::memcpy(into.bytes() + at, state.user_blob.data(), state.user_blob.size());
   }
+}
+
+// Note [Checkpoint in place]
+// On the host, a save does not copy the arrays to staging before it writes them: the writer reads
+// them in place, chunk by chunk, each copied into a chunk-sized bounce buffer 256 KiB at a time,
+// every part checksummed while it is still in the core's cache, and written around the page
+// cache. A copy of the whole state before the first write was the largest cost a save took from
+// host training (a CPU copy, on cores the training uses, all of it before the optimizer's next
+// step), and `save` waited for it. The
+// arrays must not change while the writer reads them: `save` returns after the write, and
+// `save_async` gives the optimizer a hook that its next `step()` calls before it writes anything
+// (`Optimizer::call_before_next_write`). The hook waits for a chunk being copied out (at most
+// kWriteChunk) and copies what the writer has not read yet into staging, from where the writer
+// goes on. A writer that keeps ahead of the training (the usual case: a step's forward and
+// backward take longer than writing the state) copies nothing more than its chunks. Without an
+// optimizer nothing calls the hook, so `save_async` stages everything at once. On a GPU the arrays
+// are copied to pinned staging by the side stream's DMA (Note [Checkpoint copy]), which takes no
+// CPU, and the writer reads staging.
+
+const unsigned char* Checkpointer::Snapshot::chunk(std::uint64_t offset, std::uint64_t count,
+                                                   const ChunkBytes& see) {
+  if (reads) {
+    std::lock_guard lock(reads->mutex);
+    reads->reading = offset < reads->staged_from;
+  }
+  if (!reads || !reads->reading) {
+    see(bytes() + offset, offset, count);
+    return bytes() + offset;
+  }
+  auto* out = static_cast<unsigned char*>(bounce.data());
+  out += (detail::kDirectAlignment - reinterpret_cast<std::uintptr_t>(out) % detail::kDirectAlignment) %
+         detail::kDirectAlignment;
+  // Block by block, each checksummed while it is still in the core's cache.
+  constexpr std::uint64_t kBlock = std::uint64_t{256} << 10;
+  for (std::uint64_t block = offset; block < offset + count; block += kBlock) {
+    const std::uint64_t block_end = std::min(offset + count, block + kBlock);
+    std::uint64_t piece_at = 0;
+    for (std::size_t piece = 0; piece < piece_bytes.size() && piece_at < block_end; ++piece) {
+      const std::uint64_t begin = std::max(block, piece_at);
+      const std::uint64_t end = std::min(block_end, piece_at + piece_bytes[piece]);
+      if (begin < end) {
+        const unsigned char* from = piece_sources[piece] != nullptr
+                                        ? piece_sources[piece] + (begin - piece_at)
+                                        : bytes() + begin;
+        std::memcpy(out + (begin - offset), from, end - begin);
+      }
+      piece_at += piece_bytes[piece];
+    }
+    see(out + (block - offset), block, block_end - block);
+  }
+  {
+    std::lock_guard lock(reads->mutex);
+    reads->reading = false;
+    reads->read_to = offset + count;
+  }
+  reads->idle.notify_all();
+  return out;
+}
+
+void Checkpointer::Snapshot::stage_rest() {
+  std::unique_lock lock(reads->mutex);
+  reads->idle.wait(lock, [&] { return !reads->reading; });
+  if (reads->finished || reads->staged_from <= reads->read_to) return;
+  std::uint64_t piece_at = 0;
+  for (std::size_t piece = 0; piece < piece_bytes.size(); ++piece) {
+    const std::uint64_t begin = std::max(reads->read_to, piece_at);
+    const std::uint64_t end = piece_at + piece_bytes[piece];
+    if (begin < end && piece_sources[piece] != nullptr) {
+      std::memcpy(bytes() + begin, piece_sources[piece] + (begin - piece_at), end - begin);
+    }
+    piece_at += piece_bytes[piece];
+  }
+  reads->staged_from = reads->read_to;
+}
+
+void Checkpointer::Snapshot::finish_reading() {
+  if (!reads) return;
+  {
+    std::lock_guard lock(reads->mutex);
+    reads->finished = true;
+  }
+  reads->idle.notify_all();
 }
 
 void Checkpointer::Snapshot::reserve(std::uint64_t bytes) {
@@ -311,11 +413,17 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
     try {
       const std::filesystem::path file =
           incomplete / ("rank-" + std::to_string(snapshot.rank) + ".bin");
+      detail::reach_save_point(options_, SavePoint::shard_started, snapshot.rank);
       PieceChecksums checksums(snapshot.piece_bytes);
-      detail::write_file_durably(file, snapshot.bytes(), snapshot.size, options_.direct_io,
+      detail::write_file_durably(file, snapshot.size, options_.direct_io,
                                  [&](std::size_t offset, std::size_t size) {
-                                   checksums.update(snapshot.bytes(), offset, size);
+                                   return snapshot.chunk(offset, size, [&](const unsigned char* bytes,
+                                                                           std::uint64_t at,
+                                                                           std::uint64_t count) {
+                                     checksums.update(bytes, at, count);
+                                   });
                                  });
+      snapshot.finish_reading();
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
       std::ostringstream text;
       text << "ok " << snapshot.size;
@@ -482,18 +590,37 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
   wait();
   snapshot(state, *snapshot_);
   snapshot_->copied->synchronize();
-  write_and_publish(*snapshot_);
+  try {
+    write_and_publish(*snapshot_);
+  } catch (...) {
+    snapshot_->finish_reading();
+    throw;
+  }
+  snapshot_->finish_reading();
   return options_.directory / detail::checkpoint_name(state.step);
 }
 
 void Checkpointer::save_async(const TrainingState& state) {
   wait();
   snapshot(state, *snapshot_);
-  // The optimizer's next step waits for the copy; without an optimizer, nothing can: wait now.
+  // The optimizer's next step waits for the copy and, on the host, has the writer hand over what
+  // it has not yet read (Note [Checkpoint in place]); without an optimizer, nothing can: wait now.
   if (optimizer_ != nullptr) {
     optimizer_->write_after(*snapshot_->copied);
+    if (snapshot_->reads) {
+      optimizer_->call_before_next_write(
+          [snapshot = snapshot_.get(), reads = snapshot_->reads] {
+            {
+              std::lock_guard lock(reads->mutex);
+              if (reads->finished) return;  // the Checkpointer may be gone then
+            }
+            snapshot->copied->synchronize();
+            snapshot->stage_rest();
+          });
+    }
   } else {
     snapshot_->copied->synchronize();
+    if (snapshot_->reads) snapshot_->stage_rest();
   }
   writing_.store(true, std::memory_order_release);
   writer_ = std::thread([this] {
@@ -505,6 +632,7 @@ void Checkpointer::save_async(const TrainingState& state) {
     } catch (...) {
       writer_error_ = std::current_exception();
     }
+    snapshot_->finish_reading();
     writing_.store(false, std::memory_order_release);
   });
 }

@@ -7,9 +7,12 @@
 
 #include <cohort/memory/buffer.hpp>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,18 @@ struct Checkpointer::Array {
   std::uint64_t view_offset = 0;
 };
 
+/// How far the writer has read the pieces it reads in place, in this rank's own memory (Note
+/// [Checkpoint in place]), and from where on their bytes have been copied to staging instead.
+/// Shared with the optimizer's hook, which may outlive the save.
+struct InPlaceReads {
+  std::mutex mutex;
+  std::condition_variable idle;
+  std::uint64_t read_to = 0;      ///< the writer has copied out the file's bytes before this
+  std::uint64_t staged_from = 0;  ///< the file's bytes from here on are in staging
+  bool reading = false;           ///< the writer is copying a chunk out of this rank's memory
+  bool finished = false;          ///< the writer needs this rank's memory no more
+};
+
 /// The host copy of one save and what the writer needs to finish it; its staging memory is also
 /// what a load reads into (a load first waits for any save).
 struct Checkpointer::Snapshot {
@@ -35,6 +50,11 @@ struct Checkpointer::Snapshot {
   std::optional<Stream> side;    ///< the copy's stream (Note [Checkpoint copy])
   std::optional<Event> copied;   ///< completes when the copy has
   std::vector<std::uint64_t> piece_bytes;  ///< each piece's size, in file order
+  /// Where each piece's bytes are: this rank's memory, read in place (a host array, Note
+  /// [Checkpoint in place]), or nullptr for `staging`, at the piece's offset in the file.
+  std::vector<const unsigned char*> piece_sources;
+  std::shared_ptr<InPlaceReads> reads;  ///< null when no piece is read in place
+  Buffer bounce;  ///< a chunk copied out of in-place pieces on its way to the disk
   Manifest manifest;  ///< everything but files and pieces (filled by rank 0 at publish)
   std::uint64_t save_index = 0;
   int rank = 0;
@@ -50,6 +70,17 @@ struct Checkpointer::Snapshot {
   unsigned char* bytes() noexcept;
   /// Makes `staging` hold at least `bytes` bytes (its contents are not kept).
   void reserve(std::uint64_t bytes);
+  /// Sees bytes [at, at + count) of the file, at `bytes`, before they are written.
+  using ChunkBytes = std::function<void(const unsigned char* bytes, std::uint64_t at, std::uint64_t count)>;
+  /// The file's bytes [offset, offset + count), for the writer: in staging, or copied out of the
+  /// in-place pieces into `bounce` (`offset` is where the previous call ended). `see` is shown
+  /// them all, in order, each part while it is still in cache after its copy.
+  const unsigned char* chunk(std::uint64_t offset, std::uint64_t count, const ChunkBytes& see);
+  /// Copies what the writer has not yet read of the in-place pieces into staging, where it goes
+  /// on from; waits for a chunk being copied out first. Only once `copied` has completed.
+  void stage_rest();
+  /// The writer reads this rank's memory no more (also when it failed).
+  void finish_reading();
   /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`
   /// has completed.
   void decode_counters();

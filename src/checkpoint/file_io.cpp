@@ -47,16 +47,16 @@ constexpr const char* kNamePrefix = "step-";
 }  // namespace
 
 // Note [Checkpoint direct I/O]
-// A rank's file is written in chunks of kWriteChunk; the writer checksums each chunk just before
-// it goes out, so the staged bytes are read from memory once. With `around_cache` the file is
-// opened with O_DIRECT and its aligned front is written straight from the staging memory: the
-// kernel does not copy the bytes into the page cache first, which was the largest CPU cost of a
-// save (more than the staging copy and the checksum together), and CPU taken by a background save
-// is CPU taken from training. The tail that is not a multiple of kDirectAlignment, and everything
-// when the file system refuses O_DIRECT (tmpfs) or the memory is not aligned, goes through the
-// page cache. The fsync afterwards is still needed: it persists the size and the block map, and
-// flushes the disk's own cache. A load right after a save then reads from the disk, not from the
-// page cache.
+// A rank's file is written in chunks of kWriteChunk, each checksummed by the writer while it is
+// in cache (Note [Checkpoint in place] in checkpoint.cpp), so its bytes are read from memory once.
+// With `around_cache` the file is opened with O_DIRECT and each aligned chunk goes straight from
+// the writer's memory (a bounce buffer, or staging) to the disk: the kernel does not copy the
+// bytes into the page cache first, which was the largest CPU cost of a save (more than the
+// staging copy and the checksum together), and CPU taken by a background save is CPU taken from
+// training. The tail that is not a multiple of kDirectAlignment, and everything when the file
+// system refuses O_DIRECT (tmpfs) or a chunk is not aligned, goes through the page cache. The
+// fsync afterwards is still needed: it persists the size and the block map, and flushes the
+// disk's own cache. A load right after a save then reads from the disk, not from the page cache.
 
 namespace {
 
@@ -82,12 +82,10 @@ void stop_direct(int fd, const std::filesystem::path& path) {
 
 }  // namespace
 
-void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes,
-                        bool around_cache, const ChunkVisitor& on_chunk) {
+void write_file_durably(const std::filesystem::path& path, std::size_t bytes, bool around_cache,
+                        const ChunkSource& source) {
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-  const auto* begin = static_cast<const unsigned char*>(data);
-  bool direct = around_cache && reinterpret_cast<std::uintptr_t>(begin) % kDirectAlignment == 0 &&
-                bytes >= kDirectAlignment;
+  bool direct = around_cache && bytes >= kDirectAlignment;
   int opened = direct ? ::open(path.c_str(), kFlags | O_DIRECT, 0644) : -1;
   if (opened < 0) {
     direct = false;  // EINVAL: this file system has no O_DIRECT
@@ -99,25 +97,32 @@ void write_file_durably(const std::filesystem::path& path, const void* data, std
   for (std::size_t offset = 0; offset < bytes;) {
     const bool in_direct = direct && offset < direct_end;
     const std::size_t size = std::min(kWriteChunk, (in_direct ? direct_end : bytes) - offset);
-    if (on_chunk) on_chunk(offset, size);
-    if (direct && !in_direct) {
+    const unsigned char* chunk = source(offset, size);
+    if (direct && (!in_direct || reinterpret_cast<std::uintptr_t>(chunk) % kDirectAlignment != 0)) {
       stop_direct(fd.get(), path);
       direct = false;
     }
-    int error = write_all(fd.get(), begin + offset, size);
+    int error = write_all(fd.get(), chunk, size);
     if (error == EINVAL && direct) {
       // The file system takes O_DIRECT at open but not these alignments: go on through the cache
       // from this chunk (a failed direct write leaves the position where it was).
       stop_direct(fd.get(), path);
       direct = false;
       if (::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) fail(path, "cannot seek", errno);
-      error = write_all(fd.get(), begin + offset, size);
+      error = write_all(fd.get(), chunk, size);
     }
     if (error != 0) fail(path, "cannot write", error);
     offset += size;
   }
   if (::fsync(fd.get()) != 0) fail(path, "cannot fsync", errno);
   if (fd.close() != 0) fail(path, "cannot close", errno);
+}
+
+void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes,
+                        bool around_cache) {
+  const auto* begin = static_cast<const unsigned char*>(data);
+  write_file_durably(path, bytes, around_cache,
+                     [begin](std::size_t offset, std::size_t) { return begin + offset; });
 }
 
 void fsync_directory(const std::filesystem::path& path) {

@@ -19,15 +19,21 @@ inline constexpr std::size_t kWriteChunk = std::size_t{4} << 20;
 /// every logical block size of the disks in use).
 inline constexpr std::size_t kDirectAlignment = 4096;
 
-/// Sees each chunk of a file's bytes, [offset, offset + size), just before it is written.
-using ChunkVisitor = std::function<void(std::size_t offset, std::size_t size)>;
+/// The bytes of a file's chunk [offset, offset + size), asked for in file order just before the
+/// chunk is written; the pointer stays valid until the next call.
+using ChunkSource = std::function<const unsigned char*(std::size_t offset, std::size_t size)>;
 
-/// Writes `bytes` bytes to a new file `path` (replacing any), fsyncs it and closes it. With
-/// `around_cache`, the aligned front of the file goes straight from `data` to the disk (O_DIRECT)
-/// where the file system allows it and `data` is aligned to kDirectAlignment, and only the tail
-/// through the page cache (Note [Checkpoint direct I/O]). `on_chunk` sees every chunk first.
+/// Writes `bytes` bytes to a new file `path` (replacing any) in chunks of at most kWriteChunk,
+/// each at an offset that is a multiple of kWriteChunk until the tail, fsyncs it and closes it.
+/// With `around_cache`, every chunk that `source` gives at an address aligned to kDirectAlignment
+/// goes straight to the disk (O_DIRECT) where the file system allows it, and only the tail that is
+/// not a multiple of kDirectAlignment through the page cache (Note [Checkpoint direct I/O]).
+void write_file_durably(const std::filesystem::path& path, std::size_t bytes, bool around_cache,
+                        const ChunkSource& source);
+
+/// The same for bytes that lie together in memory at `data`.
 void write_file_durably(const std::filesystem::path& path, const void* data, std::size_t bytes,
-                        bool around_cache = false, const ChunkVisitor& on_chunk = nullptr);
+                        bool around_cache = false);
 
 /// fsyncs a directory, so that the names created or renamed in it survive a power loss.
 void fsync_directory(const std::filesystem::path& path);

@@ -181,6 +181,11 @@ void OptimizerImpl::request_clip(float max_norm) {
 void OptimizerImpl::step() {
   const CurrentDevice current(target_.stream.device());
   const Stream& stream = target_.stream;
+  if (pending_release_) {
+    const std::function<void()> release = std::move(pending_release_);
+    pending_release_ = nullptr;
+    release();
+  }
   if (pending_reader_) {
     stream.wait(*pending_reader_);
     pending_reader_.reset();
@@ -298,6 +303,9 @@ Optimizer::~Optimizer() = default;
 
 void Optimizer::step() { impl_->step(); }
 void Optimizer::write_after(const Event& event) { impl_->write_after(event); }
+void Optimizer::call_before_next_write(std::function<void()> release) {
+  impl_->call_before_next_write(std::move(release));
+}
 void Optimizer::set_loss_scaler(LossScaler* scaler) { impl_->set_loss_scaler(scaler); }
 GradNorm Optimizer::clip_grad_norm(float max_norm) {
   impl_->request_clip(max_norm);

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,6 +33,7 @@ class OptimizerImpl {
 
   void step();
   void write_after(const Event& event) { pending_reader_ = event; }
+  void call_before_next_write(std::function<void()> release) { pending_release_ = std::move(release); }
   void set_loss_scaler(LossScaler* scaler);
   void request_clip(float max_norm);
   float read_grad_norm() const;
@@ -75,6 +77,7 @@ class OptimizerImpl {
   Buffer state1_;
   LossScaler* scaler_ = nullptr;
   std::optional<Event> pending_reader_;  ///< the next step's writes wait for it (write_after)
+  std::function<void()> pending_release_;  ///< the next step calls it first (call_before_next_write)
   // What this step has done so far (host-side; reset by step()).
   bool grads_reduced_ = false;
   bool stats_ready_ = false;

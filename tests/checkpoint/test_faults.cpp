@@ -207,6 +207,10 @@ void expect_stopped_save_keeps_previous(cohort::SavePoint point, int stopping_ra
   EXPECT_EQ(outcome.step, 4);
 }
 
+TEST(CheckpointFaults, SaveStoppedBeforeAFileIsWrittenKeepsThePrevious) {
+  expect_stopped_save_keeps_previous(cohort::SavePoint::shard_started, 1);
+}
+
 TEST(CheckpointFaults, SaveStoppedBetweenFilesKeepsThePrevious) {
   expect_stopped_save_keeps_previous(cohort::SavePoint::shard_written, 1);
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 namespace {
@@ -230,6 +231,75 @@ TEST(AsyncSave, ASecondRequestWaitsForTheFirstAndKeepLastPrunes) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000000000004", "step-000000000005"}));
+}
+
+// Note [Checkpoint in place]: on the host the writer reads the arrays in place. Here it is held
+// before it reads anything, so the first step after save_async must copy all of them to staging
+// before it writes, without waiting for the writer; the file then holds the state of the save.
+TEST(AsyncSave, TheNextStepStagesWhatTheWriterHasNotReadBeforeItWrites) {
+  TemporaryFolder folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  cohort::run_local(2, [&](cohort::World& world) {
+    TestRun original(world, registry, OptimizerKind::adamw);
+    cohort::CheckpointOptions options{.directory = folder.path()};
+    options.test_hook = [released](cohort::SavePoint point) {
+      if (point == cohort::SavePoint::shard_started) {
+        (void)released.wait_for(std::chrono::seconds(10));
+      }
+    };
+    cohort::Checkpointer saver(*original.dp, original.optimizer.get(), options);
+    for (int step = 0; step < kSavedStep; ++step) original.step(step);
+    saver.save_async({kSavedStep, 0, 0, ""});
+    const auto start = std::chrono::steady_clock::now();
+    for (int step = kSavedStep; step < kSteps; ++step) original.step(step);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_TRUE(saver.save_in_flight()) << "the writer was not held";
+    // Rank 0's steps end after every rank's first step (they all-reduce together).
+    if (world.rank() == 0) release.set_value();
+    saver.wait();
+    EXPECT_LT(took, std::chrono::seconds(5)) << "the steps waited for the held writer";
+
+    TestRun resumed(world, registry, OptimizerKind::adamw);
+    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(), {.directory = folder.path()});
+    ASSERT_TRUE(loader.load().has_value());
+    for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
+    EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
+    EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
+  }, cohort_test::host_world());
+}
+
+// The same with the writer free: a file of several write chunks, and steps right after
+// save_async, so that the next step finds the writer part of the way through (where exactly
+// depends on the timing, which each round varies); the file must hold the state of the save.
+TEST(AsyncSave, StepsDuringTheWriteLeaveTheSavedStateInTheFile) {
+  TemporaryFolder folder;
+  cohort::ParamRegistry registry;
+  registry.add("big", {2'500'000});  // 30 MB of file with AdamW's two moments: 8 write chunks
+  cohort::run_local(1, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::adamw);
+    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                     {.directory = folder.path(), .keep_last = 1});
+    int step = 0;
+    for (const int pause_ms : {0, 1, 2, 4}) {
+      run.step(step++);
+      const std::vector<unsigned char> params = run.params();
+      const auto state = state_of(run);
+      checkpoints.save_async({step, 0, 0, ""});
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      // Straight to the update, with the gradients of the last step (filling new ones would
+      // give the writer time to finish first).
+      run.optimizer->step();
+      run.dp->compute_stream().synchronize();
+      checkpoints.wait();
+      ASSERT_NE(run.params(), params) << "the steps changed nothing";
+      cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder.path()});
+      ASSERT_TRUE(loader.load().has_value());
+      EXPECT_EQ(run.params(), params) << "after a pause of " << pause_ms << " ms";
+      EXPECT_EQ(state_of(run), state) << "after a pause of " << pause_ms << " ms";
+    }
+  }, cohort_test::host_world());
 }
 
 // Note [Checkpoint counters]: save_async copies the optimizer's step counter and the loss

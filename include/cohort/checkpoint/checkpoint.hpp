@@ -48,13 +48,17 @@
 /// the rank that reads it) before anything is written.
 ///
 /// Note [Checkpoint copy]
-/// A save's only stall is its copy to host memory (pinned, for a CUDA device), and even that runs
-/// on a side stream of the Checkpointer's (a worker thread on the host, a CUDA stream on a GPU)
-/// after the work already on the compute stream. `save` waits for it; `save_async` does not: it
-/// makes the optimizer's next `step()` wait for it (`Optimizer::write_after`), so the copy
-/// overlaps the next step's forward and backward, which read the parameters and do not write them.
-/// Without an optimizer nothing marks the next write of the parameters, so `save_async` waits for
-/// the copy. The background writer waits for it before it checksums and writes the file.
+/// On a GPU a save's only stall is its copy to pinned host memory, and even that runs on a CUDA
+/// stream of the Checkpointer's after the work already on the compute stream. `save` waits for
+/// it; `save_async` does not: it makes the optimizer's next `step()` wait for it
+/// (`Optimizer::write_after`), so the copy overlaps the next step's forward and backward, which
+/// read the parameters and do not write them. On the host there is no such copy: the writer reads
+/// the arrays in place and the optimizer's next `step()` first has it hand over what it has not
+/// read (Note [Checkpoint in place] in checkpoint.cpp). Without an optimizer nothing marks the
+/// next write of the parameters, so `save_async` waits for the copy, or on the host stages
+/// everything itself. The background writer waits for the copy before it checksums and writes the
+/// file. After `save_async`, nothing but the optimizer's step may write the parameters or the
+/// optimizer's state until the save has finished (`wait()`).
 ///
 /// Threads: a Checkpointer is used by its rank's thread; the asynchronous writer is its own.
 
@@ -88,6 +92,7 @@ struct TrainingState {
 
 /// The instants of a save at which a test can stop it (Note [Checkpoint publish]).
 enum class SavePoint : std::uint8_t {
+  shard_started,   ///< on every rank: its file is about to be written, nothing of it read yet
   shard_written,   ///< on every rank: its file is written and fsynced, not yet reported
   before_rename,   ///< on rank 0: the manifest is written, the folder not yet renamed
   before_latest,   ///< on rank 0: the folder is renamed, `latest` not yet moved
@@ -113,8 +118,8 @@ struct CheckpointOptions {
   /// then reads them from the disk. Off: ordinary buffered writes.
   bool direct_io = true;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
-  /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_written, before_rename,
-  /// before_latest) instead kills the process with SIGKILL there, for tests with processes.
+  /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_started, shard_written,
+  /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with processes.
   std::function<void(SavePoint)> test_hook = nullptr;
 };
 

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,12 @@ class Optimizer {
   /// checkpoint.hpp), which then overlaps the next step's forward and backward. On a host stream
   /// that runs tasks on the caller, `step()` blocks until the event completes.
   void write_after(const Event& event);
+
+  /// Makes the next `step()` call `release` on its calling thread, once, before it writes the
+  /// parameters or the state: for a reader of them in place that must finish with them or copy
+  /// them away first (a host checkpoint's writer, Note [Checkpoint in place] in checkpoint.cpp).
+  /// A second call before that step replaces the first.
+  void call_before_next_write(std::function<void()> release);
 
   /// Attaches a loss scaler (on the same device), or detaches it with nullptr. The scaler must
   /// outlive its use by this optimizer; one scaler serves one optimizer.
