@@ -105,7 +105,7 @@ std::string report_key(const std::string& prefix, int rank) {
 /// The checksums of a file's pieces, fed chunk by chunk in file order as the chunks are written.
 struct PieceChecksums {
   explicit PieceChecksums(const std::vector<std::uint64_t>& sizes)
-      : piece_bytes(sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
+      : piece_bytes(&sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
 
   /// The file's bytes [offset, offset + size), at `chunk`; `offset` is where the previous call
   /// ended.
@@ -113,14 +113,14 @@ struct PieceChecksums {
     const std::uint64_t start = offset;
     const std::uint64_t end = offset + size;
     while (offset < end) {
-      while (offset >= piece_end) piece_end += piece_bytes[++piece];  // past empty pieces too
+      while (offset >= piece_end) piece_end += (*piece_bytes)[++piece];  // past empty pieces too
       const std::uint64_t take = std::min(end, piece_end) - offset;
       pieces[piece].update(chunk + (offset - start), take);
       offset += take;
     }
   }
 
-  const std::vector<std::uint64_t>& piece_bytes;
+  const std::vector<std::uint64_t>* piece_bytes;
   std::vector<Checksum> pieces;
   std::size_t piece = 0;
   std::uint64_t piece_end;
@@ -287,51 +287,65 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
 // step), and `save` waited for it. The
 // arrays must not change while the writer reads them: `save` returns after the write, and
 // `save_async` gives the optimizer a hook that its next `step()` calls before it writes anything
-// (`Optimizer::call_before_next_write`). The hook waits for a chunk being copied out (at most
-// kWriteChunk) and copies what the writer has not read yet into staging, from where the writer
-// goes on. A writer that keeps ahead of the training (the usual case: a step's forward and
+// (`Optimizer::call_before_next_write`). The hook waits for a block being copied out (256 KiB;
+// the writer runs at a low priority, Note [Checkpoint writer priority], but the waiting thread
+// frees its core) and copies what the writer has not copied out yet into staging, from where the
+// writer goes on, also for the rest of the chunk it is in. A writer that keeps ahead of the training (the usual case: a step's forward and
 // backward take longer than writing the state) copies nothing more than its chunks. Without an
 // optimizer nothing calls the hook, so `save_async` stages everything at once. On a GPU the arrays
 // are copied to pinned staging by the side stream's DMA (Note [Checkpoint copy]), which takes no
 // CPU, and the writer reads staging.
 
+namespace {
+/// The writer copies in-place pieces out in blocks of this size: small enough to stay in the
+/// core's cache until checksummed, and to be all that `stage_rest` ever waits for.
+constexpr std::uint64_t kInPlaceBlock = std::uint64_t{256} << 10;
+}  // namespace
+
 const unsigned char* Checkpointer::Snapshot::chunk(std::uint64_t offset, std::uint64_t count,
                                                    const ChunkBytes& see) {
+  bool staged = reads == nullptr;
   if (reads) {
-    std::lock_guard lock(reads->mutex);
-    reads->reading = offset < reads->staged_from;
+    const std::lock_guard lock(reads->mutex);
+    staged = offset >= reads->staged_from;
   }
-  if (!reads || !reads->reading) {
+  if (staged) {
     see(bytes() + offset, offset, count);
     return bytes() + offset;
   }
   auto* out = static_cast<unsigned char*>(bounce.data());
   out += (detail::kDirectAlignment - reinterpret_cast<std::uintptr_t>(out) % detail::kDirectAlignment) %
          detail::kDirectAlignment;
-  // Block by block, each checksummed while it is still in the core's cache.
-  constexpr std::uint64_t kBlock = std::uint64_t{256} << 10;
-  for (std::uint64_t block = offset; block < offset + count; block += kBlock) {
-    const std::uint64_t block_end = std::min(offset + count, block + kBlock);
+  for (std::uint64_t block = offset; block < offset + count; block += kInPlaceBlock) {
+    const std::uint64_t block_end = std::min(offset + count, block + kInPlaceBlock);
+    bool in_place = false;
+    {
+      const std::lock_guard lock(reads->mutex);
+      in_place = block < reads->staged_from;
+      reads->reading = in_place;
+    }
     std::uint64_t piece_at = 0;
     for (std::size_t piece = 0; piece < piece_bytes.size() && piece_at < block_end; ++piece) {
       const std::uint64_t begin = std::max(block, piece_at);
       const std::uint64_t end = std::min(block_end, piece_at + piece_bytes[piece]);
       if (begin < end) {
-        const unsigned char* from = piece_sources[piece] != nullptr
+        const unsigned char* from = in_place && piece_sources[piece] != nullptr
                                         ? piece_sources[piece] + (begin - piece_at)
                                         : bytes() + begin;
         std::memcpy(out + (begin - offset), from, end - begin);
       }
       piece_at += piece_bytes[piece];
     }
+    if (in_place) {
+      {
+        const std::lock_guard lock(reads->mutex);
+        reads->reading = false;
+        reads->read_to = block_end;
+      }
+      reads->idle.notify_all();
+    }
     see(out + (block - offset), block, block_end - block);
   }
-  {
-    std::lock_guard lock(reads->mutex);
-    reads->reading = false;
-    reads->read_to = offset + count;
-  }
-  reads->idle.notify_all();
   return out;
 }
 
@@ -354,7 +368,7 @@ void Checkpointer::Snapshot::stage_rest() {
 void Checkpointer::Snapshot::finish_reading() {
   if (!reads) return;
   {
-    std::lock_guard lock(reads->mutex);
+    const std::lock_guard lock(reads->mutex);
     reads->finished = true;
   }
   reads->idle.notify_all();
@@ -417,11 +431,10 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
       PieceChecksums checksums(snapshot.piece_bytes);
       detail::write_file_durably(file, snapshot.size, options_.direct_io,
                                  [&](std::size_t offset, std::size_t size) {
-                                   return snapshot.chunk(offset, size, [&](const unsigned char* bytes,
-                                                                           std::uint64_t at,
-                                                                           std::uint64_t count) {
-                                     checksums.update(bytes, at, count);
-                                   });
+                                   return snapshot.chunk(
+                                       offset, size,
+                                       [&](const unsigned char* bytes, std::uint64_t at,
+                                           std::uint64_t count) { checksums.update(bytes, at, count); });
                                  });
       snapshot.finish_reading();
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);

@@ -37,7 +37,7 @@ struct InPlaceReads {
   std::condition_variable idle;
   std::uint64_t read_to = 0;      ///< the writer has copied out the file's bytes before this
   std::uint64_t staged_from = 0;  ///< the file's bytes from here on are in staging
-  bool reading = false;           ///< the writer is copying a chunk out of this rank's memory
+  bool reading = false;           ///< the writer is copying a block out of this rank's memory
   bool finished = false;          ///< the writer needs this rank's memory no more
 };
 
@@ -73,11 +73,13 @@ struct Checkpointer::Snapshot {
   /// Sees bytes [at, at + count) of the file, at `bytes`, before they are written.
   using ChunkBytes = std::function<void(const unsigned char* bytes, std::uint64_t at, std::uint64_t count)>;
   /// The file's bytes [offset, offset + count), for the writer: in staging, or copied out of the
-  /// in-place pieces into `bounce` (`offset` is where the previous call ended). `see` is shown
-  /// them all, in order, each part while it is still in cache after its copy.
+  /// in-place pieces (or staging, once `stage_rest` ran) into `bounce` block by block (`offset`
+  /// is where the previous call ended). `see` is shown them all, in order, each block while it is
+  /// still in cache after its copy.
   const unsigned char* chunk(std::uint64_t offset, std::uint64_t count, const ChunkBytes& see);
-  /// Copies what the writer has not yet read of the in-place pieces into staging, where it goes
-  /// on from; waits for a chunk being copied out first. Only once `copied` has completed.
+  /// Copies what the writer has not yet copied out of the in-place pieces into staging, where it
+  /// goes on from; waits for a block being copied out first (kInPlaceBlock). Only once `copied`
+  /// has completed.
   void stage_rest();
   /// The writer reads this rank's memory no more (also when it failed).
   void finish_reading();
