@@ -106,18 +106,6 @@ void read_array(const std::filesystem::path& folder, const Manifest& manifest,
   }
 }
 
-/// Starts reading the pieces of `array` that overlap `range` into the page cache.
-void prefetch_pieces(const std::filesystem::path& folder, const Manifest& manifest,
-                     const ManifestArray& array, detail::PieceRange range) {
-  const std::size_t element = size_of(array.dtype);
-  for (const ManifestPiece& piece : array.pieces) {
-    if (std::max(range.begin, piece.element_offset) < std::min(range.end, piece.element_offset + piece.count)) {
-      detail::prefetch_file_range(folder / manifest.files[piece.file].name, piece.byte_offset,
-                                  piece.count * element);
-    }
-  }
-}
-
 }  // namespace
 
 std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path& folder,
@@ -189,14 +177,6 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
       total += elements * size_of(array.dtype);
     }
     snapshot_->reserve(total);
-    // Note [Checkpoint load prefetch]
-    // The pieces are read one after another, each checksummed chunk by chunk. From a cold page
-    // cache (a restart on another machine) each read waited for the disk while the core was idle,
-    // and the checksum ran while the disk was. Asking for every piece up front keeps the disk
-    // busy while the reads and checksums below consume what has arrived.
-    for (std::size_t index = 0; index < arrays_.size(); ++index) {
-      prefetch_pieces(folder, manifest, *manifest.find_array(arrays_[index].name), staged.ranges[index]);
-    }
     for (std::size_t index = 0; index < arrays_.size(); ++index) {
       const Array& array = arrays_[index];
       unsigned char* out = snapshot_->bytes() + staged.offsets[index];

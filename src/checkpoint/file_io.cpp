@@ -179,13 +179,6 @@ std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t o
   return checksum.digest();
 }
 
-void prefetch_file_range(const std::filesystem::path& path, std::uint64_t offset, std::uint64_t bytes) {
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() >= 0) {
-    (void)::posix_fadvise(fd.get(), static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_WILLNEED);
-  }
-}
-
 namespace {
 
 std::filesystem::path latest_temporary(const std::filesystem::path& root) {

@@ -50,10 +50,6 @@ std::string read_whole_file(const std::filesystem::path& path);
 std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t offset, void* data,
                               std::size_t bytes);
 
-/// Asks the kernel to start reading `bytes` bytes at `offset` of `path` into the page cache
-/// (POSIX_FADV_WILLNEED) and returns without waiting; a hint, so errors are ignored.
-void prefetch_file_range(const std::filesystem::path& path, std::uint64_t offset, std::uint64_t bytes);
-
 /// Points `<root>/latest` at `name` atomically in two halves: `prepare_latest` writes and fsyncs
 /// a temporary file holding the name (while the ranks write their files: it is not on the path
 /// from the last fsync of the data to the publish); `move_latest` renames it over `latest` and
