@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
   std::string dir = "checkpoint_bench_dir";
   bool cold = false;
   bool gather = false;
+  bool no_gather = false;
   int window = 4;
   double compute_ms = 0;
   CLI::App app{"Checkpoint save/load throughput vs plain sequential I/O, and the async-save stall"};
@@ -191,7 +192,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--dir", dir, "folder for the files (removed afterwards)");
   app.add_flag("--gather", gather,
-               "load: each rank reads a slice of the replicated arrays and the ranks all-gather them");
+               "load: each rank reads a slice of the replicated arrays and the ranks all-gather them "
+               "(the Checkpointer's default on the shared-memory transport)");
+  app.add_flag("--no-gather", no_gather, "load: every rank reads the replicated arrays whole")
+      ->excludes("--gather");
   app.add_flag("--cold", cold, "drop the files' page cache before each read (reads from the disk)");
   CLI11_PARSE(app, argc, argv);
   const std::filesystem::path folder = std::filesystem::absolute(dir);
@@ -205,6 +209,10 @@ int main(int argc, char** argv) {
   std::size_t checkpoint_bytes = 0;
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::gloo;
+  // Unset: the Checkpointer's default for the communicator (Note [Checkpoint load]).
+  const std::optional<bool> gathered = gather ? std::optional<bool>(true)
+                                       : no_gather ? std::optional<bool>(false) : std::nullopt;
+  std::string load_mode;
   cohort::run_local(ranks, [&](cohort::World& world) {
     cohort::ParamRegistry registry;
     registry.add("weights", {elements});
@@ -214,7 +222,13 @@ int main(int argc, char** argv) {
     }});
     cohort::AdamW optimizer(cohort::target_of(dp), {.lr = 1e-3f});
     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = folder / "ckpt", .keep_last = 1,
-                                                         .gather_replicated = gather});
+                                                         .gather_replicated = gathered});
+    if (world.rank() == 0) {
+      load_mode = checkpoints.gathers_replicated()
+                      ? "each rank reads a slice of the replicated arrays and the ranks all-gather them"
+                      : "every rank reads the replicated arrays whole";
+      load_mode += gathered ? " (chosen)" : " (the default on this communicator)";
+    }
     volatile double sink = 0;
     auto step = [&] {
       sink = sink + compute(compute_iterations, 0.25 + 0.01 * world.rank());
@@ -302,7 +316,7 @@ int main(int argc, char** argv) {
   const double write = median(plain_write), read = median(plain_read);
   std::printf("checkpoint_bench: %d host ranks, %zu f32 parameters + AdamW state, %.1f MiB of files in %s"
               "%s\n", ranks, elements, mib, folder.string().c_str(), cold ? ", reads from the disk (--cold)" : "");
-  if (gather) std::printf("load reads slices of the replicated arrays and all-gathers them (--gather)\n");
+  std::printf("load: %s\n", load_mode.c_str());
   std::printf("%-28s %10s %10s %8s\n", "", "median s", "MiB/s", "of plain");
   std::printf("%-28s %10.4f %10.0f %8s\n", "plain write+fsync", write, mib / write, "");
   std::printf("%-28s %10.4f %10.0f %7.2fx\n", "checkpoint save", save, mib / save, write / save);

@@ -154,7 +154,7 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
     // slice, as if it were sharded, and the slices are all-gathered after the agreement, so that
     // the files are read once in all (Note [Checkpoint load]).
     const int ranks = world.size();
-    const bool gather = options_.gather_replicated.value_or(dp_.comm().backend() != Backend::gloo);
+    const bool gather = gathers_replicated();
     const std::uint64_t shard = dp_.shard_count();
     std::uint64_t total = 0;
     for (const Array& array : arrays_) {
@@ -245,6 +245,10 @@ std::optional<TrainingState> Checkpointer::try_load(const std::filesystem::path&
                      stream);
   }
   return TrainingState{manifest.step, manifest.epoch, manifest.data_position, staged.user_blob};
+}
+
+bool Checkpointer::gathers_replicated() const noexcept {
+  return options_.gather_replicated.value_or(dp_.comm().backend() != Backend::gloo);
 }
 
 TrainingState Checkpointer::load(const std::filesystem::path& folder) {

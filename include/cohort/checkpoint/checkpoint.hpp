@@ -151,6 +151,10 @@ class Checkpointer {
   /// Waits for the asynchronous save in flight, if any. @throws its error.
   void wait();
 
+  /// Whether a load all-gathers slices of the replicated arrays: `gather_replicated`, or its
+  /// default for this Checkpointer's communicator.
+  bool gathers_replicated() const noexcept;
+
   /// Whether an asynchronous save is still being written.
   bool save_in_flight() const noexcept;
 
