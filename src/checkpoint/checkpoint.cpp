@@ -349,10 +349,11 @@ const unsigned char* Checkpointer::Snapshot::chunk(std::uint64_t offset, std::ui
   return out;
 }
 
-void Checkpointer::Snapshot::stage_rest() {
-  std::unique_lock lock(reads->mutex);
-  reads->idle.wait(lock, [&] { return !reads->reading; });
-  if (reads->finished || reads->staged_from <= reads->read_to) return;
+void Checkpointer::Snapshot::stage_rest(InPlaceReads& of) {
+  std::unique_lock lock(of.mutex);
+  of.idle.wait(lock, [&] { return !of.reading || of.finished; });
+  // A hook of an earlier save finds it finished (the next save waited for it first).
+  if (of.finished || &of != reads.get() || reads->staged_from <= reads->read_to) return;
   std::uint64_t piece_at = 0;
   for (std::size_t piece = 0; piece < piece_bytes.size(); ++piece) {
     const std::uint64_t begin = std::max(reads->read_to, piece_at);
@@ -436,7 +437,7 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
                                        [&](const unsigned char* bytes, std::uint64_t at,
                                            std::uint64_t count) { checksums.update(bytes, at, count); });
                                  });
-      snapshot.finish_reading();
+      snapshot.finish_reading();  // before the fsync's wait would delay a step's hand-over
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
       std::ostringstream text;
       text << "ok " << snapshot.size;
@@ -446,6 +447,7 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
       report = std::string("error rank ") + std::to_string(snapshot.rank) + ": " + error.what();
     }
   }
+  snapshot.finish_reading();  // also when the file was not written
   store_->set(report_key(prefix, snapshot.rank), report);
 
   if (snapshot.rank == 0) {
@@ -620,34 +622,40 @@ void Checkpointer::save_async(const TrainingState& state) {
   // it has not yet read (Note [Checkpoint in place]); without an optimizer, nothing can: wait now.
   if (optimizer_ != nullptr) {
     optimizer_->write_after(*snapshot_->copied);
-    if (snapshot_->reads) {
-      optimizer_->call_before_next_write(
-          [snapshot = snapshot_.get(), reads = snapshot_->reads] {
-            {
-              std::lock_guard lock(reads->mutex);
-              if (reads->finished) return;  // the Checkpointer may be gone then
-            }
-            snapshot->copied->synchronize();
-            snapshot->stage_rest();
-          });
-    }
   } else {
     snapshot_->copied->synchronize();
-    if (snapshot_->reads) snapshot_->stage_rest();
+    if (snapshot_->reads) snapshot_->stage_rest(*snapshot_->reads);
   }
   writing_.store(true, std::memory_order_release);
-  writer_ = std::thread([this] {
-    // Note [Checkpoint writer priority]: the writer yields the cores to training.
-    detail::lower_thread_priority();
-    try {
-      snapshot_->copied->synchronize();
-      write_and_publish(*snapshot_);
-    } catch (...) {
-      writer_error_ = std::current_exception();
-    }
-    snapshot_->finish_reading();
+  try {
+    writer_ = std::thread([this] {
+      // Note [Checkpoint writer priority]: the writer yields the cores to training.
+      detail::lower_thread_priority();
+      try {
+        snapshot_->copied->synchronize();
+        write_and_publish(*snapshot_);
+      } catch (...) {
+        writer_error_ = std::current_exception();
+      }
+      snapshot_->finish_reading();
+      writing_.store(false, std::memory_order_release);
+    });
+  } catch (...) {
     writing_.store(false, std::memory_order_release);
-  });
+    throw;
+  }
+  // Only once the writer runs: it is then sure to mark `reads` finished, after which the hook
+  // does nothing, even once this Checkpointer is gone.
+  if (optimizer_ != nullptr && snapshot_->reads) {
+    optimizer_->call_before_next_write([snapshot = snapshot_.get(), reads = snapshot_->reads] {
+      {
+        const std::lock_guard lock(reads->mutex);
+        if (reads->finished) return;
+      }
+      snapshot->copied->synchronize();
+      snapshot->stage_rest(*reads);
+    });
+  }
 }
 
 }  // namespace cohort

@@ -79,8 +79,9 @@ struct Checkpointer::Snapshot {
   const unsigned char* chunk(std::uint64_t offset, std::uint64_t count, const ChunkBytes& see);
   /// Copies what the writer has not yet copied out of the in-place pieces into staging, where it
   /// goes on from; waits for a block being copied out first (kInPlaceBlock). Only once `copied`
-  /// has completed.
-  void stage_rest();
+  /// has completed; does nothing when `of` is not this save's `reads` or the writer has finished
+  /// reading.
+  void stage_rest(InPlaceReads& of);
   /// The writer reads this rank's memory no more (also when it failed).
   void finish_reading();
   /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`

@@ -181,10 +181,9 @@ void OptimizerImpl::request_clip(float max_norm) {
 void OptimizerImpl::step() {
   const CurrentDevice current(target_.stream.device());
   const Stream& stream = target_.stream;
-  if (pending_release_) {
-    const std::function<void()> release = std::move(pending_release_);
-    pending_release_ = nullptr;
-    release();
+  if (!pending_releases_.empty()) {
+    const std::vector<std::function<void()>> releases = std::exchange(pending_releases_, {});
+    for (const std::function<void()>& release : releases) release();
   }
   if (pending_reader_) {
     stream.wait(*pending_reader_);

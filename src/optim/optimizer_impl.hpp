@@ -33,7 +33,9 @@ class OptimizerImpl {
 
   void step();
   void write_after(const Event& event) { pending_reader_ = event; }
-  void call_before_next_write(std::function<void()> release) { pending_release_ = std::move(release); }
+  void call_before_next_write(std::function<void()> release) {
+    pending_releases_.push_back(std::move(release));
+  }
   void set_loss_scaler(LossScaler* scaler);
   void request_clip(float max_norm);
   float read_grad_norm() const;
@@ -77,7 +79,7 @@ class OptimizerImpl {
   Buffer state1_;
   LossScaler* scaler_ = nullptr;
   std::optional<Event> pending_reader_;  ///< the next step's writes wait for it (write_after)
-  std::function<void()> pending_release_;  ///< the next step calls it first (call_before_next_write)
+  std::vector<std::function<void()>> pending_releases_;  ///< the next step calls them first
   // What this step has done so far (host-side; reset by step()).
   bool grads_reduced_ = false;
   bool stats_ready_ = false;

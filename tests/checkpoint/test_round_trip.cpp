@@ -270,6 +270,45 @@ TEST(AsyncSave, TheNextStepStagesWhatTheWriterHasNotReadBeforeItWrites) {
   }, cohort_test::host_world());
 }
 
+// Two Checkpointers of one optimizer (say, a local and a remote folder), both saving with their
+// writers held: the next step must hand over to both before it writes.
+TEST(AsyncSave, TwoCheckpointersOfOneOptimizerBothKeepTheSavedState) {
+  TemporaryFolder first_folder, second_folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  cohort::run_local(1, [&](cohort::World& world) {
+    TestRun run(world, registry, OptimizerKind::adamw);
+    auto options_for = [&](const std::filesystem::path& directory) {
+      cohort::CheckpointOptions options{.directory = directory};
+      options.test_hook = [released](cohort::SavePoint point) {
+        if (point == cohort::SavePoint::shard_started) {
+          (void)released.wait_for(std::chrono::seconds(10));
+        }
+      };
+      return options;
+    };
+    cohort::Checkpointer first(*run.dp, run.optimizer.get(), options_for(first_folder.path()));
+    cohort::Checkpointer second(*run.dp, run.optimizer.get(), options_for(second_folder.path()));
+    run.step(0);
+    const std::vector<unsigned char> params = run.params();
+    const auto state = state_of(run);
+    first.save_async({1, 0, 0, ""});
+    second.save_async({1, 0, 0, ""});
+    run.step(1);
+    release.set_value();
+    first.wait();
+    second.wait();
+    ASSERT_NE(run.params(), params);
+    for (const auto* folder : {&first_folder, &second_folder}) {
+      cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder->path()});
+      ASSERT_TRUE(loader.load().has_value());
+      EXPECT_EQ(run.params(), params) << folder->path();
+      EXPECT_EQ(state_of(run), state) << folder->path();
+    }
+  }, cohort_test::host_world());
+}
+
 // The same with the writer free: a file of several write chunks, and steps right after
 // save_async, so that the next step finds the writer part of the way through (where exactly
 // depends on the timing, which each round varies); the file must hold the state of the save.
