@@ -19,6 +19,10 @@
 
 #include <CLI/CLI.hpp>
 
+#ifdef COHORT_CHECKPOINT_BENCH_GPU
+#include <layers/math.hpp>
+#endif
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -26,7 +30,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,10 +183,15 @@ int main(int argc, char** argv) {
   bool cold = false;
   bool gather = false;
   bool no_gather = false;
+  bool gpu = false;
   int window = 4;
   double compute_ms = 0;
   CLI::App app{"Checkpoint save/load throughput vs plain sequential I/O, and the async-save stall"};
-  app.add_option("--ranks", ranks, "host ranks (threads)")->check(CLI::Range(1, 64));
+  app.add_option("--ranks", ranks, "ranks as threads (with --gpu: at most the GPUs; default all of them)")
+      ->check(CLI::Range(1, 64));
+  app.add_flag("--gpu", gpu,
+               "one rank per GPU (NCCL): parameters and AdamW state on the device, saved through "
+               "pinned memory; --compute-ms is then fp32 GEMMs on the compute stream");
   app.add_option("--elements", elements, "f32 parameters (AdamW adds two state arrays)")
       ->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "timed repetitions (after one warm-up)")->check(CLI::PositiveNumber);
@@ -188,7 +199,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", window, "steps after each save_async that count towards its stall")
       ->check(CLI::Range(1, 1000));
   app.add_option("--compute-ms", compute_ms,
-                 "CPU work per step standing for forward and backward, in milliseconds on an idle core")
+                 "work per step standing for forward and backward, in milliseconds (on an idle core, "
+                 "or on the GPU with --gpu)")
       ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--dir", dir, "folder for the files (removed afterwards)");
   app.add_flag("--gather", gather,
@@ -202,13 +214,34 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(folder);
 
   const double load_before = load_average();
-  const std::uint64_t compute_iterations = calibrate(compute_ms);
+  const std::uint64_t compute_iterations = gpu ? 0 : calibrate(compute_ms);
   std::mutex mutex;
   std::vector<double> save_seconds, load_seconds, plain_write, plain_read, step_plain, step_saving,
       save_call, first_plain, first_saving, save_steps, plain_read_all;
   std::size_t checkpoint_bytes = 0;
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::gloo;
+  if (gpu) {
+#ifdef COHORT_CHECKPOINT_BENCH_GPU
+    const int devices = cohort::cuda_device_count();
+    if (devices == 0) {
+      std::fprintf(stderr, "checkpoint_bench: --gpu needs a GPU: %s\n",
+                   cohort::cuda_unavailable_reason().c_str());
+      return 2;
+    }
+    if (app.count("--ranks") == 0) ranks = devices;
+    if (ranks > devices) {
+      std::fprintf(stderr, "checkpoint_bench: --ranks %d with --gpu, but this machine has %d GPUs\n",
+                   ranks, devices);
+      return 2;
+    }
+    world_options.backend = cohort::BackendChoice::nccl;
+#else
+    std::fprintf(stderr, "checkpoint_bench: --gpu needs cohort built with CUDA and the examples' "
+                         "layers library\n");
+    return 2;
+#endif
+  }
   // Unset: the Checkpointer's default for the communicator (Note [Checkpoint load]).
   const std::optional<bool> gathered = gather ? std::optional<bool>(true)
                                        : no_gather ? std::optional<bool>(false) : std::nullopt;
@@ -216,10 +249,14 @@ int main(int argc, char** argv) {
   cohort::run_local(ranks, [&](cohort::World& world) {
     cohort::ParamRegistry registry;
     registry.add("weights", {elements});
-    cohort::DataParallel dp(world, registry, {.init = [](cohort::DataParallel& d) {
-      auto* p = static_cast<float*>(d.param_arena().data());
-      for (std::size_t i = 0; i < d.param_arena().count(); ++i) p[i] = 0.001f * static_cast<float>(i % 1000);
-    }});
+    cohort::DataParallelOptions dp_options;
+    if (!gpu) {  // on a GPU the arena starts at zero: the same bytes to save and load
+      dp_options.init = [](cohort::DataParallel& d) {
+        auto* p = static_cast<float*>(d.param_arena().data());
+        for (std::size_t i = 0; i < d.param_arena().count(); ++i) p[i] = 0.001f * static_cast<float>(i % 1000);
+      };
+    }
+    cohort::DataParallel dp(world, registry, dp_options);
     cohort::AdamW optimizer(cohort::target_of(dp), {.lr = 1e-3f});
     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = folder / "ckpt", .keep_last = 1,
                                                          .gather_replicated = gathered});
@@ -230,7 +267,40 @@ int main(int argc, char** argv) {
       load_mode += gathered ? " (chosen)" : " (the default on this communicator)";
     }
     volatile double sink = 0;
+    std::function<void()> device_compute = [] {};
+#ifdef COHORT_CHECKPOINT_BENCH_GPU
+    // On a GPU: square fp32 GEMMs on the compute stream, as many as take --compute-ms (timed
+    // here, median of 5).
+    std::optional<layers::Math> math;
+    cohort::Buffer gemm_a, gemm_b, gemm_c;
+    if (gpu && compute_ms > 0) {
+      constexpr int kSide = 1024;
+      math.emplace(dp.compute_stream());
+      gemm_a = math->allocate_floats(std::size_t{kSide} * kSide);
+      gemm_b = math->allocate_floats(std::size_t{kSide} * kSide);
+      gemm_c = math->allocate_floats(std::size_t{kSide} * kSide);
+      auto gemms = [&](int count) {
+        for (int i = 0; i < count; ++i) {
+          math->gemm(layers::Transpose::no, layers::Transpose::no, kSide, kSide, kSide, 1.0f,
+                     static_cast<const float*>(gemm_a.data()), static_cast<const float*>(gemm_b.data()),
+                     0.0f, static_cast<float*>(gemm_c.data()));
+        }
+      };
+      gemms(10);
+      dp.compute_stream().synchronize();
+      std::vector<double> per_gemm;
+      for (int i = 0; i < 5; ++i) {
+        const auto start = Clock::now();
+        gemms(20);
+        dp.compute_stream().synchronize();
+        per_gemm.push_back(seconds_since(start) / 20);
+      }
+      const int count = std::max(1, static_cast<int>(compute_ms * 1e-3 / median(per_gemm)));
+      device_compute = [gemms, count] { gemms(count); };
+    }
+#endif
     auto step = [&] {
+      device_compute();
       sink = sink + compute(compute_iterations, 0.25 + 0.01 * world.rank());
       dp.grad_ready(cohort::ParamHandle{0});
       dp.sync_grads();

@@ -16,7 +16,8 @@
 #      train_mlp --precision bf16 --zero1 against the host backend's checksum;
 #   4. the host cost of issuing a collective (allreduce_bench --issue-cost), 2 ranks;
 #   5. optim_bench (with the device copy ceiling), memory_bench (managed prefetched against
-#      cudaMalloc), allreduce_bench, scaling_bench with real compute on one GPU;
+#      cudaMalloc), allreduce_bench, checkpoint_bench's save stall on the GPU, scaling_bench with
+#      real compute on one GPU;
 #   6. the same MLP step in PyTorch eager, where python3 has torch;
 #   7. compute-sanitizer: memcheck and racecheck on the step kernels, memcheck on the sampler and
 #      layer kernels, where it is installed.
@@ -248,6 +249,13 @@ if step "memory_bench" 60 optional "$out_dir/memory_bench.log" "$bin/memory_benc
 fi
 if step "allreduce_bench, 2 ranks" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" -b 1K -e 64M -f 8 -n 10 -w 3; then
   quote "$out_dir/allreduce_bench.log" 20
+fi
+# The checkpoint stall where it matters: the copy is a DMA into pinned memory, the step's compute
+# GEMMs on the GPU (docs/checkpoint.md, "Performance").
+if step "checkpoint_bench, 1 GPU, 100 ms of GEMMs per step" 90 optional "$out_dir/checkpoint_bench.log" \
+     "$bin/checkpoint_bench" --gpu --ranks 1 --elements 4000000 --repeats 3 --steps 8 --compute-ms 100 \
+     --dir "$out_dir/checkpoint-bench-files"; then
+  quote "$out_dir/checkpoint_bench.log" 16
 fi
 # No --ranks: that option asks for host ranks as threads; without it scaling_bench takes every
 # GPU, here the one.
