@@ -105,7 +105,7 @@ std::string report_key(const std::string& prefix, int rank) {
 /// The checksums of a file's pieces, fed chunk by chunk in file order as the chunks are written.
 struct PieceChecksums {
   explicit PieceChecksums(const std::vector<std::uint64_t>& sizes)
-      : piece_bytes(&sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
+      : piece_bytes(sizes), pieces(sizes.size()), piece_end(sizes.empty() ? 0 : sizes[0]) {}
 
   /// The file's bytes [offset, offset + size), at `chunk`; `offset` is where the previous call
   /// ended.
@@ -113,14 +113,14 @@ struct PieceChecksums {
     const std::uint64_t start = offset;
     const std::uint64_t end = offset + size;
     while (offset < end) {
-      while (offset >= piece_end) piece_end += (*piece_bytes)[++piece];  // past empty pieces too
+      while (offset >= piece_end) piece_end += piece_bytes[++piece];  // past empty pieces too
       const std::uint64_t take = std::min(end, piece_end) - offset;
       pieces[piece].update(chunk + (offset - start), take);
       offset += take;
     }
   }
 
-  const std::vector<std::uint64_t>* piece_bytes;
+  const std::vector<std::uint64_t>& piece_bytes;
   std::vector<Checksum> pieces;
   std::size_t piece = 0;
   std::uint64_t piece_end;
@@ -284,23 +284,40 @@ void Checkpointer::snapshot(const TrainingState& state, Snapshot& into) {
 // every part checksummed while it is still in the core's cache, and written around the page
 // cache. A copy of the whole state before the first write was the largest cost a save took from
 // host training (a CPU copy, on cores the training uses, all of it before the optimizer's next
-// step), and `save` waited for it. The
-// arrays must not change while the writer reads them: `save` returns after the write, and
-// `save_async` gives the optimizer a hook that its next `step()` calls before it writes anything
-// (`Optimizer::call_before_next_write`). The hook waits for a block being copied out (256 KiB;
-// the writer runs at a low priority, Note [Checkpoint writer priority], but the waiting thread
-// frees its core) and copies what the writer has not copied out yet into staging, from where the
-// writer goes on, also for the rest of the chunk it is in. A writer that keeps ahead of the training (the usual case: a step's forward and
-// backward take longer than writing the state) copies nothing more than its chunks. Without an
-// optimizer nothing calls the hook, so `save_async` stages everything at once. On a GPU the arrays
-// are copied to pinned staging by the side stream's DMA (Note [Checkpoint copy]), which takes no
-// CPU, and the writer reads staging.
+// step), and `save` waited for it. The arrays must not change while the writer reads them: `save`
+// returns after the write, and `save_async` gives the optimizer a hook that its next `step()`
+// calls before it writes anything (`Optimizer::call_before_next_write`). The hook waits for a
+// block being copied out (256 KiB; the writer runs at a low priority, Note [Checkpoint writer
+// priority], but the waiting thread frees its core) and copies what the writer has not copied out
+// yet into staging, from where the writer goes on, also for the rest of the chunk it is in. A
+// writer that keeps ahead of the training (the usual case: a step's forward and backward take
+// longer than writing the state) copies nothing more than its chunks. Without an optimizer
+// nothing calls the hook, so `save_async` stages everything at once. On a GPU the arrays are
+// copied to pinned staging by the side stream's DMA (Note [Checkpoint copy]), which takes no CPU,
+// and the writer reads staging.
 
 namespace {
 /// The writer copies in-place pieces out in blocks of this size: small enough to stay in the
 /// core's cache until checksummed, and to be all that `stage_rest` ever waits for.
 constexpr std::uint64_t kInPlaceBlock = std::uint64_t{256} << 10;
 }  // namespace
+
+void Checkpointer::Snapshot::copy_out(std::uint64_t begin, std::uint64_t end, unsigned char* to,
+                                      bool staged) {
+  std::uint64_t piece_at = 0;
+  for (std::size_t piece = 0; piece < piece_bytes.size() && piece_at < end; ++piece) {
+    const std::uint64_t from = std::max(begin, piece_at);
+    const std::uint64_t until = std::min(end, piece_at + piece_bytes[piece]);
+    if (from < until) {
+      const unsigned char* source = !staged && piece_sources[piece] != nullptr
+                                        ? piece_sources[piece] + (from - piece_at)
+                                        : bytes() + from;
+      unsigned char* target = to + (from - begin);
+      if (source != target) std::memcpy(target, source, until - from);  // staged in staging
+    }
+    piece_at += piece_bytes[piece];
+  }
+}
 
 const unsigned char* Checkpointer::Snapshot::chunk(std::uint64_t offset, std::uint64_t count,
                                                    const ChunkBytes& see) {
@@ -324,18 +341,7 @@ const unsigned char* Checkpointer::Snapshot::chunk(std::uint64_t offset, std::ui
       in_place = block < reads->staged_from;
       reads->reading = in_place;
     }
-    std::uint64_t piece_at = 0;
-    for (std::size_t piece = 0; piece < piece_bytes.size() && piece_at < block_end; ++piece) {
-      const std::uint64_t begin = std::max(block, piece_at);
-      const std::uint64_t end = std::min(block_end, piece_at + piece_bytes[piece]);
-      if (begin < end) {
-        const unsigned char* from = in_place && piece_sources[piece] != nullptr
-                                        ? piece_sources[piece] + (begin - piece_at)
-                                        : bytes() + begin;
-        std::memcpy(out + (begin - offset), from, end - begin);
-      }
-      piece_at += piece_bytes[piece];
-    }
+    copy_out(block, block_end, out + (block - offset), !in_place);
     if (in_place) {
       {
         const std::lock_guard lock(reads->mutex);
@@ -354,15 +360,7 @@ void Checkpointer::Snapshot::stage_rest(InPlaceReads& of) {
   of.idle.wait(lock, [&] { return !of.reading || of.finished; });
   // A hook of an earlier save finds it finished (the next save waited for it first).
   if (of.finished || &of != reads.get() || reads->staged_from <= reads->read_to) return;
-  std::uint64_t piece_at = 0;
-  for (std::size_t piece = 0; piece < piece_bytes.size(); ++piece) {
-    const std::uint64_t begin = std::max(reads->read_to, piece_at);
-    const std::uint64_t end = piece_at + piece_bytes[piece];
-    if (begin < end && piece_sources[piece] != nullptr) {
-      std::memcpy(bytes() + begin, piece_sources[piece] + (begin - piece_at), end - begin);
-    }
-    piece_at += piece_bytes[piece];
-  }
+  copy_out(reads->read_to, reads->staged_from, bytes() + reads->read_to, false);
   reads->staged_from = reads->read_to;
 }
 
@@ -437,7 +435,6 @@ void Checkpointer::write_and_publish(Snapshot& snapshot) {
                                        [&](const unsigned char* bytes, std::uint64_t at,
                                            std::uint64_t count) { checksums.update(bytes, at, count); });
                                  });
-      snapshot.finish_reading();  // before the fsync's wait would delay a step's hand-over
       detail::reach_save_point(options_, SavePoint::shard_written, snapshot.rank);
       std::ostringstream text;
       text << "ok " << snapshot.size;
@@ -605,13 +602,7 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
   wait();
   snapshot(state, *snapshot_);
   snapshot_->copied->synchronize();
-  try {
-    write_and_publish(*snapshot_);
-  } catch (...) {
-    snapshot_->finish_reading();
-    throw;
-  }
-  snapshot_->finish_reading();
+  write_and_publish(*snapshot_);  // no hook reads this save's `reads` (Note [Checkpoint in place])
   return options_.directory / detail::checkpoint_name(state.step);
 }
 

@@ -82,6 +82,9 @@ struct Checkpointer::Snapshot {
   /// has completed; does nothing when `of` is not this save's `reads` or the writer has finished
   /// reading.
   void stage_rest(InPlaceReads& of);
+  /// Copies the file's bytes [begin, end) to `to`, each from where it is: its piece in place
+  /// (unless `staged`), or staging (skipped where `to` is that very place).
+  void copy_out(std::uint64_t begin, std::uint64_t end, unsigned char* to, bool staged);
   /// The writer reads this rank's memory no more (also when it failed).
   void finish_reading();
   /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`
