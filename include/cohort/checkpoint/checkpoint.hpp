@@ -101,7 +101,7 @@ enum class SavePoint : std::uint8_t {
 struct CheckpointOptions {
   /// Where checkpoints go: every rank must see the same folder (a shared file system across
   /// nodes). Created when missing.
-  std::filesystem::path directory;
+  std::filesystem::path directory = {};
   /// Checkpoints kept after a save (the newest ones); 0 keeps all.
   int keep_last = 3;
   /// Load: when the checkpoint `latest` names fails its checks, try older ones, newest first.
