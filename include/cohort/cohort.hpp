@@ -35,6 +35,7 @@
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/rank_agreement.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/clip.hpp>
 #include <cohort/optim/loss_scaler.hpp>
