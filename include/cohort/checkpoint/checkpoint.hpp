@@ -28,7 +28,7 @@
 ///      once every rank reported success, it writes the manifest, fsyncs the folder, renames it
 ///      to `step-N`, fsyncs `<directory>`, then renames the temporary file over `latest`, fsyncs
 ///      `<directory>`, and deletes all but the newest `keep_last` checkpoints (Note [Checkpoint
-///      deletion] in checkpoint.cpp);
+///      deletion] in deletion.cpp);
 ///   4. rank 0 reports the outcome; every rank returns, or throws the first error.
 /// A crash before the rename leaves only an `.incomplete-` folder, which no load looks at; a crash
 /// between the rename and the move of `latest` leaves a complete folder that `latest` does not name
@@ -54,7 +54,7 @@
 /// (`Optimizer::write_after`), so the copy overlaps the next step's forward and backward, which
 /// read the parameters and do not write them. On the host there is no such copy: the writer reads
 /// the arrays in place and the optimizer's next `step()` first has it hand over what it has not
-/// read (Note [Checkpoint in place] in checkpoint.cpp). Without an optimizer nothing marks the
+/// read (Note [Checkpoint in place] in snapshot.cpp). Without an optimizer nothing marks the
 /// next write of the parameters, so `save_async` waits for the copy, or on the host stages
 /// everything itself. The background writer waits for the copy before it checksums and writes the
 /// file. After `save_async`, nothing but the optimizer's step may write the parameters or the
@@ -67,35 +67,31 @@
 #include <cohort/optim/loss_scaler.hpp>
 #include <cohort/optim/optimizer.hpp>
 
-#include <atomic>
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace cohort {
 
 /// The program's position, saved with the arenas.
 struct TrainingState {
-  std::int64_t step = 0;             ///< steps completed
+  std::int64_t step = 0;  ///< steps completed
   std::uint64_t epoch = 0;
   /// Samples of `epoch` consumed over all ranks. It does not depend on the world size, so a run
   /// resumed on another number of ranks derives its ranks' positions from it.
   std::uint64_t data_position = 0;
-  std::string user_blob;             ///< the program's own bytes; rank 0's are saved
+  std::string user_blob;  ///< the program's own bytes; rank 0's are saved
 };
 
 /// The instants of a save at which a test can stop it (Note [Checkpoint publish]).
 enum class SavePoint : std::uint8_t {
-  shard_started,   ///< on every rank: its file is about to be written, nothing of it read yet
-  shard_written,   ///< on every rank: its file is written and fsynced, not yet reported
-  before_rename,   ///< on rank 0: the manifest is written, the folder not yet renamed
-  before_latest,   ///< on rank 0: the folder is renamed, `latest` not yet moved
+  shard_started,  ///< on every rank: its file is about to be written, nothing of it read yet
+  shard_written,  ///< on every rank: its file is written and fsynced, not yet reported
+  before_rename,  ///< on rank 0: the manifest is written, the folder not yet renamed
+  before_latest,  ///< on rank 0: the folder is renamed, `latest` not yet moved
 };
 
 struct CheckpointOptions {
@@ -119,7 +115,8 @@ struct CheckpointOptions {
   bool direct_io = true;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_started, shard_written,
-  /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with processes.
+  /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with
+  /// processes.
   std::function<void(SavePoint)> test_hook = nullptr;
 };
 
@@ -134,6 +131,8 @@ class Checkpointer {
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
+  Checkpointer(Checkpointer&&) = delete;
+  Checkpointer& operator=(Checkpointer&&) = delete;
 
   /// Saves `state` and the arenas as checkpoint `state.step` and returns its folder once every
   /// rank's part is durable and `latest` names it. Collective. Waits for the work enqueued on the
@@ -166,37 +165,11 @@ class Checkpointer {
   /// Loads the checkpoint in `folder`. Collective. @throws CheckpointError as `load`.
   TrainingState load(const std::filesystem::path& folder);
 
-  const CheckpointOptions& options() const noexcept { return options_; }
-
-  struct Array;     ///< one array this rank saves and loads (checkpoint_parts.hpp)
-  struct Snapshot;  ///< one save's host copy (checkpoint_parts.hpp)
+  const CheckpointOptions& options() const noexcept;
 
  private:
-  std::string key_prefix() const;
-  void snapshot(const TrainingState& state, Snapshot& into);
-  void write_and_publish(Snapshot& snapshot);
-  void publish(Snapshot& snapshot, const std::vector<std::string>& reports);
-  /// Hides the folders `names` under `root` and deletes them on a thread (Note [Checkpoint
-  /// deletion]); waits for the previous deletion first.
-  void delete_in_background(const std::filesystem::path& root, const std::vector<std::string>& names);
-  void finish_deleting() noexcept;
-  /// Tries one checkpoint on every rank; returns the state, or the first error when any rank
-  /// failed (the same on every rank).
-  std::optional<TrainingState> try_load(const std::filesystem::path& folder, std::string& error);
-
-  DataParallel& dp_;
-  Optimizer* optimizer_;
-  LossScaler* scaler_;
-  CheckpointOptions options_;
-  std::vector<Array> arrays_;
-  std::unique_ptr<Store> store_;        ///< this rank's own connection (the writer uses it)
-  std::unique_ptr<Snapshot> snapshot_;  ///< the one staging area, reused
-  std::thread writer_;
-  std::atomic<bool> writing_{false};  ///< the writer has not finished yet
-  std::exception_ptr writer_error_;
-  std::thread deleter_;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
-  std::uint64_t saves_ = 0;
-  std::uint64_t loads_ = 0;
+  struct Impl;  // src/checkpoint/checkpointer_impl.hpp
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace cohort

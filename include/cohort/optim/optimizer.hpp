@@ -94,7 +94,7 @@ class Optimizer {
 
   /// Makes the next `step()` call `release` on its calling thread, once, before it writes the
   /// parameters or the state: for a reader of them in place that must finish with them or copy
-  /// them away first (a host checkpoint's writer, Note [Checkpoint in place] in checkpoint.cpp).
+  /// them away first (a host checkpoint's writer, Note [Checkpoint in place] in snapshot.cpp).
   /// Several calls before that step: each is called, in order (two Checkpointers saving).
   void call_before_next_write(std::function<void()> release);
 
