@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <source_location>
 
@@ -28,11 +29,31 @@ struct Staged {
   std::string user_blob;
 };
 
-/// Throws the CheckpointError "checkpoint <where>: <what>", with the caller's file and line.
+/// Throws "checkpoint <where>: <what>", with the caller's file and line, as an
+/// UnloadableCheckpoint: what the checkpoint holds does not fit this program, and never will.
 [[noreturn]] void fail(const std::filesystem::path& where, const std::string& what,
                        std::source_location at = std::source_location::current()) {
-  detail::throw_error<CheckpointError>("checkpoint " + where.string() + ": " + what, at.file_name(),
-                                       static_cast<int>(at.line()));
+  detail::throw_error<UnloadableCheckpoint>("checkpoint " + where.string() + ": " + what,
+                                            at.file_name(), static_cast<int>(at.line()));
+}
+
+/// What to do about the checkpoint `latest` that can never load, where `fallback` is off and
+/// `older` are the checkpoints before it.
+std::string what_to_do(const std::filesystem::path& root, const std::string& latest,
+                       const std::vector<std::string>& older) {
+  std::string text = "\n  A restart cannot fix this: every start loads " + latest + " first. ";
+  if (!older.empty()) {
+    std::string names;
+    for (const std::string& name : older) names += (names.empty() ? "" : ", ") + name;
+    text +=
+        "To resume from an older checkpoint, set CheckpointOptions::fallback (it loads the "
+        "newest one that passes its checks; here: " +
+        names + "); to";
+  } else {
+    text += "To";
+  }
+  return text + " start over, use a new checkpoint directory (or move " + root.string() +
+         " away); to resume from it, run the program as it was when it saved it.";
 }
 
 /// Elements of array `array` this rank writes: [begin, end) within the used count.
@@ -124,8 +145,9 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
       fail(folder,
            "manifest.json is missing: the save did not finish, or the folder is not a checkpoint");
     }
+    const std::string manifest_text = detail::read_whole_file(manifest_path);  // an I/O error
     try {
-      staged.manifest = parse_manifest(detail::read_whole_file(manifest_path));
+      staged.manifest = parse_manifest(manifest_text);
     } catch (const CheckpointError& parse_error) {
       std::string what = parse_error.what();
       if (what.starts_with("cohort: ")) what.erase(0, 8);
@@ -138,11 +160,17 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
                        " ranks and this world has " + std::to_string(world.size()) +
                        "; set allow_resharding to re-split it");
     }
+    if (optimizer != nullptr && manifest.optimizer_rule.empty()) {
+      fail(folder, std::string("it holds no optimizer state (it was saved with "
+                               "cohort::without_optimizer, or before the program had an "
+                               "optimizer), and the optimizer here is ") +
+                       optimizer->rule_name() +
+                       ": resuming it would restart that optimizer's "
+                       "state from zero");
+    }
     if (optimizer != nullptr && manifest.optimizer_rule != optimizer->rule_name()) {
-      fail(folder, "it holds " +
-                       (manifest.optimizer_rule.empty() ? std::string("no optimizer")
-                                                        : manifest.optimizer_rule) +
-                       " state and the optimizer here is " + optimizer->rule_name());
+      fail(folder, "it holds " + manifest.optimizer_rule + " state and the optimizer here is " +
+                       optimizer->rule_name());
     }
     if (scaler != nullptr && !manifest.loss_scaler) {
       fail(folder, "it holds no loss scaler state and a loss scaler was given");
@@ -150,7 +178,11 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
     for (const ManifestFile& file : manifest.files) {
       struct stat info {};
       const std::filesystem::path path = folder / file.name;
-      if (::stat(path.c_str(), &info) != 0) fail(folder, file.name + " is missing");
+      if (::stat(path.c_str(), &info) != 0) {
+        if (errno == ENOENT) fail(folder, file.name + " is missing");
+        COHORT_FAIL(CheckpointError, "checkpoint " + folder.string() + ": cannot look at " +
+                                         file.name + ": " + std::strerror(errno));
+      }
       if (static_cast<std::uint64_t>(info.st_size) != file.bytes) {
         fail(folder,
              file.name + " has " + std::to_string(info.st_size) + " bytes, the manifest says " +
@@ -254,6 +286,14 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
     scaler->restore(
         {saved.scale, saved.growth_tracker, saved.skipped_steps, saved.last_step_skipped}, stream);
   }
+  if (manifest.world_size != world.size() && world.rank() == 0) {
+    // Note [Resharding exactness] in checkpoint.hpp.
+    COHORT_LOG(warn) << "resumed step " << manifest.step << " from " << folder.string()
+                     << ", saved on " << manifest.world_size << " ranks, on " << world.size()
+                     << " ranks: the parameters and optimizer state are exact, but the steps from "
+                        "here are within rounding of a "
+                     << manifest.world_size << "-rank run, not bitwise equal to it";
+  }
   return TrainingState{manifest.step, manifest.epoch, manifest.data_position, staged.user_blob};
 }
 
@@ -262,6 +302,7 @@ bool Checkpointer::Impl::gathers_replicated() const noexcept {
 }
 
 TrainingState Checkpointer::Impl::load_folder(const std::filesystem::path& folder) {
+  check_no_optimizer_left_out("loading " + folder.string());
   wait();
   detail::RankReport failure;
   if (std::optional<TrainingState> state = try_load(folder, failure)) return *state;
@@ -269,6 +310,7 @@ TrainingState Checkpointer::Impl::load_folder(const std::filesystem::path& folde
 }
 
 std::optional<TrainingState> Checkpointer::Impl::load_latest() {
+  check_no_optimizer_left_out("loading a checkpoint of " + options.directory.string());
   wait();
   const std::filesystem::path& root = options.directory;
   std::vector<std::string> candidates;
@@ -293,6 +335,7 @@ std::optional<TrainingState> Checkpointer::Impl::load_latest() {
   }
   if (candidates.empty()) return std::nullopt;
   std::vector<std::string> errors;
+  bool unloadable = true;  // every candidate can never load: a restart cannot fix it
   for (const std::string& name : candidates) {
     detail::RankReport failure;
     if (std::optional<TrainingState> state = try_load(root / name, failure)) {
@@ -301,15 +344,34 @@ std::optional<TrainingState> Checkpointer::Impl::load_latest() {
       }
       return state;
     }
-    if (!options.fallback) detail::throw_report(failure);
+    if (!options.fallback) {
+      if (failure.status == detail::ReportStatus::unloadable) {
+        std::vector<std::string> older;
+        for (const std::string& other : detail::list_checkpoints(root)) {
+          if (detail::step_of_name(other) < detail::step_of_name(name)) older.push_back(other);
+        }
+        failure.error += what_to_do(root, name, older);
+      }
+      detail::throw_report(failure);
+    }
     if (dp.world().rank() == 0) {
       COHORT_LOG(warn) << failure.error << "; trying an older checkpoint";
     }
     errors.push_back(failure.error);
+    unloadable = unloadable && failure.status == detail::ReportStatus::unloadable;
   }
-  std::string text = "no valid checkpoint under " + root.string() + ":";
+  if (!unloadable) {
+    std::string text = "no valid checkpoint under " + root.string() + ":";
+    for (const std::string& error : errors) text += "\n  " + error;
+    COHORT_FAIL(CheckpointError, text);
+  }
+  std::string text = "no checkpoint under " + root.string() +
+                     " can load into this program, and a restart cannot fix this:";
   for (const std::string& error : errors) text += "\n  " + error;
-  COHORT_FAIL(CheckpointError, text);
+  text += "\n  What to do: start with a new checkpoint directory (or move " + root.string() +
+          " away), or run the program as it was when it saved them (the same model, optimizer, "
+          "loss scaler and, without allow_resharding, number of ranks)";
+  COHORT_FAIL(UnloadableCheckpoint, text);
 }
 
 }  // namespace cohort

@@ -36,14 +36,21 @@ void lower_thread_priority() noexcept {
 
 }  // namespace detail
 
-Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, CheckpointOptions options_,
-                         LossScaler* scaler_)
+Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, bool without_optimizer_,
+                         CheckpointOptions options_, LossScaler* scaler_)
     : dp(dp_),
       optimizer(optimizer_),
+      without_optimizer(without_optimizer_),
       scaler(scaler_),
       options(std::move(options_)),
       store(dp_.world().store().clone()),
       host_copy(std::make_unique<detail::Snapshot>()) {
+  COHORT_EXPECTS(optimizer != nullptr || without_optimizer,
+                 "a Checkpointer was given a null optimizer: give it the optimizer that steps the "
+                 "parameters (&optimizer), whose state it then saves and restores, or "
+                 "cohort::without_optimizer where no optimizer steps them (Note [Checkpoint "
+                 "optimizer state] in cohort/checkpoint/checkpoint.hpp)");
+  check_no_optimizer_left_out("building a Checkpointer");
   COHORT_EXPECTS(!options.directory.empty(), "a Checkpointer needs a directory");
   COHORT_EXPECTS(options.keep_last >= 0, "keep_last must be 0 (keep all) or positive");
   const Device device = dp.compute_stream().device();
@@ -64,6 +71,24 @@ Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, CheckpointOpt
   }
 }
 
+void Checkpointer::Impl::check_no_optimizer_left_out(const std::string& doing) const {
+  if (!without_optimizer) return;
+  const std::vector<const Optimizer*> stepping = optimizers_stepping(dp.param_arena().data());
+  if (stepping.empty()) return;
+  const Optimizer& found = *stepping.front();
+  std::string names;
+  for (const OptimizerStateView& state : found.state()) {
+    names += (names.empty() ? "" : ", ") + state.name;
+  }
+  COHORT_FAIL(InvalidArgument,
+              doing + " with cohort::without_optimizer while " +
+                  (found.is_sharded() ? "a ZeRO-1 " : "an ") + found.rule_name() +
+                  " optimizer steps these parameters: its state (" + names +
+                  ", its step count) would be left out of the checkpoint, and a resumed run would "
+                  "restart it from zero and diverge. Build the Checkpointer with the optimizer: "
+                  "Checkpointer(dp, &optimizer, options)");
+}
+
 std::string Checkpointer::Impl::key_prefix() const {
   const std::string directory = options.directory.lexically_normal().string();
   return "checkpoint/" + checksum_to_hex(Checksum::of(directory.data(), directory.size()));
@@ -79,7 +104,10 @@ void Checkpointer::Impl::wait() {
 
 Checkpointer::Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOptions options,
                            LossScaler* scaler)
-    : impl_(std::make_unique<Impl>(dp, optimizer, std::move(options), scaler)) {}
+    : impl_(std::make_unique<Impl>(dp, optimizer, false, std::move(options), scaler)) {}
+
+Checkpointer::Checkpointer(DataParallel& dp, WithoutOptimizer, CheckpointOptions options)
+    : impl_(std::make_unique<Impl>(dp, nullptr, true, std::move(options), nullptr)) {}
 
 Checkpointer::~Checkpointer() {
   try {
@@ -116,6 +144,7 @@ TrainingState Checkpointer::load(const std::filesystem::path& folder) {
 
 std::filesystem::path Checkpointer::save(const TrainingState& state) {
   Impl& impl = *impl_;
+  impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
   impl.take_snapshot(state, *impl.host_copy);
   impl.host_copy->copied->synchronize();
@@ -126,6 +155,7 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
 
 void Checkpointer::save_async(const TrainingState& state) {
   Impl& impl = *impl_;
+  impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
   impl.take_snapshot(state, *impl.host_copy);
   detail::Snapshot& snapshot = *impl.host_copy;

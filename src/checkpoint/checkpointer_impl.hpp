@@ -131,7 +131,13 @@ void reach_save_point(const CheckpointOptions& options, SavePoint point, int ran
 
 /// Everything a Checkpointer holds; its methods live in the files listed at the top.
 struct Checkpointer::Impl {
-  Impl(DataParallel& dp, Optimizer* optimizer, CheckpointOptions options, LossScaler* scaler);
+  /// `optimizer` null only `without_optimizer`.
+  Impl(DataParallel& dp, Optimizer* optimizer, bool without_optimizer, CheckpointOptions options,
+       LossScaler* scaler);
+
+  /// Without an optimizer, throws InvalidArgument when one steps the parameters now (Note
+  /// [Checkpoint optimizer state]); `doing` names the call.
+  void check_no_optimizer_left_out(const std::string& doing) const;
 
   /// The store keys of this directory's saves and loads.
   std::string key_prefix() const;
@@ -164,7 +170,8 @@ struct Checkpointer::Impl {
   bool gathers_replicated() const noexcept;
 
   DataParallel& dp;
-  Optimizer* optimizer;
+  Optimizer* optimizer;    ///< null with `without_optimizer`
+  bool without_optimizer;  ///< built with cohort::without_optimizer
   LossScaler* scaler;
   CheckpointOptions options;
   std::vector<detail::CheckpointArray> arrays;

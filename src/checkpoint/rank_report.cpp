@@ -13,7 +13,7 @@
 // checksums" or "my part is read and checked", and rank 0's outcome of the whole save. A report
 // is explicit fields, little-endian:
 //   u8   format (kReportFormat)
-//   u8   status: 0 ok, 1 failed
+//   u8   status: 0 ok, 1 failed (a restart may get past it), 2 the checkpoint can never load
 //   u32  length, then that many bytes: the error message (empty when ok, never empty otherwise)
 //   u64  the file's bytes (a save's written file; 0 otherwise)
 //   u32  count, then count u64: the checksums of the file's pieces, in file order
@@ -80,18 +80,22 @@ class Reader {
 }  // namespace
 
 RankReport RankReport::failure(const std::exception& error, std::string_view context) {
-  return failure(std::string(context) + error.what());
+  const bool unloadable = dynamic_cast<const UnloadableCheckpoint*>(&error) != nullptr;
+  return failure(std::string(context) + error.what(),
+                 unloadable ? ReportStatus::unloadable : ReportStatus::failed);
 }
 
-RankReport RankReport::failure(std::string message) {
+RankReport RankReport::failure(std::string message, ReportStatus status) {
+  COHORT_EXPECTS(status != ReportStatus::ok, "a failure's report cannot be ok");
   RankReport report;
-  report.status = ReportStatus::failed;
+  report.status = status;
   report.error = message.empty() ? std::string("an unnamed error") : std::move(message);
   return report;
 }
 
 void throw_report(const RankReport& report) {
   COHORT_EXPECTS(!report.ok(), "a report of success is not an error");
+  if (report.status == ReportStatus::unloadable) throw UnloadableCheckpoint(report.error);
   throw CheckpointError(report.error);
 }
 
@@ -121,7 +125,7 @@ RankReport decode_report(std::string_view bytes, std::string_view from) {
   }
   RankReport report;
   const std::uint64_t status = reader.unsigned_field(1, "the status");
-  if (status > static_cast<std::uint8_t>(ReportStatus::failed)) {
+  if (status > static_cast<std::uint8_t>(ReportStatus::unloadable)) {
     reader.malformed("status " + std::to_string(status));
   }
   report.status = static_cast<ReportStatus>(status);

@@ -15,7 +15,8 @@ namespace cohort::detail {
 
 enum class ReportStatus : std::uint8_t {
   ok = 0,
-  failed = 1,  ///< `error` says what
+  failed = 1,      ///< `error` says what; a restart may get past it (CheckpointError)
+  unloadable = 2,  ///< `error` says what; the checkpoint can never load (UnloadableCheckpoint)
 };
 
 /// One rank's (or rank 0's, for the whole save) outcome of a step of a save or a load.
@@ -29,13 +30,15 @@ struct RankReport {
   bool ok() const noexcept { return status == ReportStatus::ok; }
   bool operator==(const RankReport&) const = default;
 
-  /// A failed report whose error is `error`'s message, after `context` ("rank 1: ").
+  /// A failed report whose error is `error`'s message, after `context` ("rank 1: "):
+  /// `unloadable` for an UnloadableCheckpoint, else `failed`.
   static RankReport failure(const std::exception& error, std::string_view context = {});
-  static RankReport failure(std::string message);
+  static RankReport failure(std::string message, ReportStatus status = ReportStatus::failed);
 };
 
-/// Raises a failed report's error on this rank: a CheckpointError with its message as it was
-/// raised (which names the file and line it was raised at, and the rank when it was another's).
+/// Raises a failed report's error on this rank: an UnloadableCheckpoint or a CheckpointError (as
+/// its status says) with its message as it was raised (which names the file and line it was
+/// raised at, and the rank when it was another's).
 [[noreturn]] void throw_report(const RankReport& report);
 
 /// The report's bytes (Note [Checkpoint reports]).

@@ -151,4 +151,10 @@ class Optimizer {
   std::unique_ptr<detail::OptimizerImpl> impl_;
 };
 
+/// The optimizers that exist now and step the parameter arena starting at `params` (its first
+/// element), oldest first; valid while they live. A Checkpointer built `without_optimizer` asks,
+/// so that no optimizer's state is left out of a checkpoint unseen (Note [Checkpoint optimizer
+/// state] in checkpoint.hpp). Thread-safe.
+std::vector<const Optimizer*> optimizers_stepping(const void* params);
+
 }  // namespace cohort
