@@ -33,7 +33,8 @@ namespace cohort {
 inline constexpr int kFailedExitStatus = 1;
 
 /// The exit status of a program that failed in a way no restart fixes (EX_CONFIG): a
-/// configuration or checkpoint to correct first. `cohortrun --max-restarts` does not restart it.
+/// configuration or checkpoint to correct first. It tells `cohortrun --max-restarts` (or a job
+/// script) not to start the program again.
 inline constexpr int kConfigErrorExitStatus = 78;
 
 /// Whether a restart of the program may get past `error` (Note [Exit statuses]): false for

@@ -38,7 +38,7 @@ class CheckpointError : public Error {
 /// another model, without the optimizer state or the loss scaler this program has, on another
 /// number of ranks without `allow_resharding`, in a newer format, or damaged (with no older one to
 /// fall back to). The message says what to do. `exit_status_for` maps it to
-/// `kConfigErrorExitStatus` (exit_status.hpp), which `cohortrun --max-restarts` does not restart.
+/// `kConfigErrorExitStatus` (exit_status.hpp): do not restart.
 /// A failure to read (an I/O error) is a plain CheckpointError: a restart may get past it.
 class UnloadableCheckpoint : public CheckpointError {
  public:
