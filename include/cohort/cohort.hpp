@@ -46,6 +46,7 @@
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/checkpoint/checksum.hpp>
+#include <cohort/checkpoint/exit_status.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/checkpoint/preemption.hpp>
 #include <cohort/data/distributed_sampler.hpp>
