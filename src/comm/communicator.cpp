@@ -1,6 +1,6 @@
-#include "comm_context.hpp"
-#include "watchdog.hpp"
-#include "work_state.hpp"
+#include "comm/context.hpp"
+#include "comm/watchdog.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/env.hpp>

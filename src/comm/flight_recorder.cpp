@@ -1,4 +1,4 @@
-#include "flight_recorder.hpp"
+#include "comm/flight_recorder.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -1,6 +1,6 @@
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
-#include "failure_aware_store.hpp"
+#include "comm/failure_aware_store.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>

@@ -16,7 +16,7 @@
 //   ahead of a deadline] in watchdog.cpp).
 // The watchdog uses its own store connection, so a thread blocked on the store never stalls it.
 
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,5 +1,5 @@
-#include "flight_recorder.hpp"
-#include "work_state.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/work.hpp>
 #include <cohort/core/backoff.hpp>

@@ -1,11 +1,11 @@
-#include "comm_context.hpp"
-#include "failure_aware_store.hpp"
-#include "gloo_communicator.hpp"
-#include "topology.hpp"
-#include "host_select.hpp"
-#include "watchdog.hpp"
+#include "comm/context.hpp"
+#include "comm/failure_aware_store.hpp"
+#include "comm/gloo/communicator.hpp"
+#include "comm/topology.hpp"
+#include "comm/host/select.hpp"
+#include "comm/watchdog.hpp"
 #if COHORT_WITH_CUDA
-#include "nccl_communicator.hpp"
+#include "comm/nccl/communicator.hpp"
 #endif
 
 #include <cohort/comm/world.hpp>

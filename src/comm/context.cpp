@@ -1,6 +1,6 @@
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>

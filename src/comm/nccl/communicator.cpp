@@ -1,6 +1,6 @@
-#include "nccl_communicator.hpp"
+#include "comm/nccl/communicator.hpp"
 
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>

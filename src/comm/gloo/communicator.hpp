@@ -2,9 +2,9 @@
 
 // The host backend: collectives over Gloo, run on the communicator's own worker thread.
 
-#include "comm_context.hpp"
-#include "gloo_mesh.hpp"  // the Gloo declarations
-#include "host_worker.hpp"
+#include "comm/context.hpp"
+#include "comm/gloo/mesh.hpp"  // the Gloo declarations
+#include "comm/host/worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

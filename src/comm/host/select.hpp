@@ -2,7 +2,7 @@
 
 // Which host communicator a group of ranks gets (see Note [Host transport selection]).
 
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

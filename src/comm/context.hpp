@@ -2,10 +2,10 @@
 
 // What every communicator shares with the watchdog: identity, store, deadline, flight recorder,
 // and the abort switch. Its code, and the store exchanges of joining and splitting, are in
-// comm_context.cpp.
+// context.cpp.
 
-#include "flight_recorder.hpp"
-#include "work_state.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/store.hpp>

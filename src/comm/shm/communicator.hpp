@@ -4,8 +4,8 @@
 // (see Note [Shared-memory segment] and Note [Shared-memory collectives]), run on the
 // communicator's own worker thread.
 
-#include "comm_context.hpp"
-#include "host_worker.hpp"
+#include "comm/context.hpp"
+#include "comm/host/worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

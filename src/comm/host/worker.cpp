@@ -1,6 +1,6 @@
-#include "host_worker.hpp"
+#include "comm/host/worker.hpp"
 
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 

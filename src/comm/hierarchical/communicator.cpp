@@ -1,9 +1,9 @@
-#include "hierarchical_communicator.hpp"
+#include "comm/hierarchical/communicator.hpp"
 
-#include "gloo_communicator.hpp"
-#include "host_select.hpp"
-#include "shm_reduce.hpp"
-#include "watchdog.hpp"
+#include "comm/gloo/communicator.hpp"
+#include "comm/host/select.hpp"
+#include "comm/shm/reduce.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 

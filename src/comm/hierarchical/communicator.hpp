@@ -9,8 +9,8 @@
 // parallel. Sums are taken in both steps and avg divides once at the end (so integers truncate
 // once, as on the flat path). Every other collective runs flat over Gloo.
 
-#include "comm_context.hpp"
-#include "host_worker.hpp"
+#include "comm/context.hpp"
+#include "comm/host/worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

@@ -1,8 +1,8 @@
-#include "shm_communicator.hpp"
+#include "comm/shm/communicator.hpp"
 
-#include "host_select.hpp"
-#include "shm_collectives.hpp"
-#include "watchdog.hpp"
+#include "comm/host/select.hpp"
+#include "comm/shm/collectives.hpp"
+#include "comm/watchdog.hpp"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
-#include "gloo_communicator.hpp"
+#include "comm/gloo/communicator.hpp"
 
-#include "gloo_mesh.hpp"
-#include "host_select.hpp"
-#include "watchdog.hpp"
+#include "comm/gloo/mesh.hpp"
+#include "comm/host/select.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>

@@ -1,8 +1,8 @@
-#include "host_select.hpp"
+#include "comm/host/select.hpp"
 
-#include "gloo_communicator.hpp"
-#include "hierarchical_communicator.hpp"
-#include "shm_communicator.hpp"
+#include "comm/gloo/communicator.hpp"
+#include "comm/hierarchical/communicator.hpp"
+#include "comm/shm/communicator.hpp"
 
 #include <map>
 #include <mutex>
