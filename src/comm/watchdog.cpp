@@ -24,6 +24,11 @@ constexpr const char* kProgressRequestKey = "progress_request";
 
 }  // namespace
 
+void publish_progress(CommContext& context) noexcept {
+  const auto watchdog = context.watchdog.lock();
+  write_progress(context, watchdog ? watchdog->answered_request() : 0);
+}
+
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
                      const std::string& cause) noexcept {
   try {
@@ -71,7 +76,7 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
         what += "The communicator was aborted: " + reason + " ";
       }
     } else if (!earlier) {
-      what += diagnose_stragglers(context, record.sequence);
+      what += diagnose_stragglers(context, record.sequence, watchdog.get());
     }
     const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
                                 "every rank issues the same collectives in the same order "
@@ -112,7 +117,6 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     work.fail(std::current_exception());
   }
 }
-
 
 Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank)
     : store_(std::move(world_store)), global_rank_(global_rank) {}
@@ -262,7 +266,13 @@ void Watchdog::check_deadlines() {
   std::vector<std::pair<std::shared_ptr<CommContext>, std::shared_ptr<WorkState>>> expired;
   bool due_soon = false;
   for (const auto& context : contexts()) {
-    for (const auto& work : context->in_flight()) {
+    // A probe that cannot tell (a sticky CUDA error) will never tell: fail the work now, publish
+    // it and abort, instead of logging the same error every tick until the deadline.
+    const auto probe_failed = [&context](WorkState& work, const std::exception& error) {
+      fail_collective(*context, work, /*timed_out=*/false,
+                      std::string("its completion could not be checked: ") + error.what());
+    };
+    for (const auto& work : context->in_flight(probe_failed)) {
       if (work->done()) {
         continue;
       }

@@ -15,8 +15,11 @@
 //   answer at all is named as not responding (asked ahead of the deadline too: Note [Asking
 //   ahead of a deadline] in watchdog.cpp).
 // The watchdog uses its own store connection, so a thread blocked on the store never stalls it.
+// Its room: this file and watchdog.cpp (the thread, and failing a collective), diagnosis.hpp
+// (publishing progress and naming the ranks a collective waited for).
 
 #include "comm/context.hpp"
+#include "comm/diagnosis.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -30,7 +33,7 @@
 
 namespace cohort::detail {
 
-class Watchdog : public std::enable_shared_from_this<Watchdog> {
+class Watchdog final : public std::enable_shared_from_this<Watchdog>, public ProgressRequests {
  public:
   /// Starts the watchdog's thread. The thread holds the watchdog only while it works, so the
   /// last owner may let go at any time, even from a thread the watchdog is calling into.
@@ -63,16 +66,16 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
 
   /// Asks every rank's watchdog to publish its progress now; returns the request's number, which
   /// their answers carry (see `answered_request`).
-  std::int64_t request_progress() noexcept;
+  std::int64_t request_progress() noexcept override;
   /// Publishes progress on every communicator if a request came since the last answer. Called
   /// by the watchdog's thread, and by a diagnosis waiting for answers (ranks diagnosing at the
   /// same moment must answer one another).
-  void answer_progress_request();
+  void answer_progress_request() override;
   /// The last progress request this rank answered.
-  std::int64_t answered_request() const noexcept { return answered_request_.load(); }
+  std::int64_t answered_request() const noexcept override { return answered_request_.load(); }
   /// The request this rank made ahead of a deadline (Note [Asking ahead of a deadline]) if it
   /// was made at least kAnswerWait ago, else 0: a member that has not answered it is silent.
-  std::int64_t settled_request() noexcept;
+  std::int64_t settled_request() noexcept override;
 
  private:
   Watchdog(std::unique_ptr<Store> world_store, int global_rank);
@@ -104,6 +107,10 @@ class Watchdog : public std::enable_shared_from_this<Watchdog> {
   std::vector<std::weak_ptr<CommContext>> contexts_;
   std::thread thread_;
 };
+
+/// Publishes this rank's progress on `context`, tagged with the last request for progress its
+/// watchdog answered (Note [Watchdog]). Never throws.
+void publish_progress(CommContext& context) noexcept;
 
 /// Fails `work` (and every other collective in flight on `context`) after a timeout
 /// (`timed_out`) or a backend error (`cause`): diagnoses the stragglers (unless the communicator

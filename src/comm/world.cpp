@@ -1,11 +1,11 @@
 #include "comm/context.hpp"
+#include "comm/factory.hpp"
 #include "comm/failure_aware_store.hpp"
-#include "comm/gloo/communicator.hpp"
-#include "comm/topology.hpp"
 #include "comm/host/select.hpp"
+#include "comm/topology.hpp"
 #include "comm/watchdog.hpp"
 #if COHORT_WITH_CUDA
-#include "comm/nccl/communicator.hpp"
+#include "comm/nccl/communicator.hpp"  // bind_cuda_device
 #endif
 
 #include <cohort/comm/world.hpp>
@@ -195,23 +195,23 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
   context->monitor_store = std::make_shared<PrefixStore>("global", monitor_store);
   context->debug_collectives = debug;
   context->watchdog = world.watchdog;
-  if (world.backend == Backend::nccl) {
-#if COHORT_WITH_CUDA
-    return std::make_unique<detail::NcclCommunicator>(std::move(context));
-#endif
-  }
-  context->host_transport = world.host_transport;
-  context->member_nodes = world.nodes;
-  context->store_node = world.nodes.empty() ? -1 : world.nodes.front();
-  for (std::size_t rank = 0; rank < world.nodes.size(); ++rank) {
-    if (world.nodes[rank] == context->store_node) {
-      context->store_node_ranks +=
-          (context->store_node_ranks.empty() ? "" : ", ") + std::to_string(rank);
+  detail::HostContext host;
+  if (world.backend != Backend::nccl) {
+    detail::Placement& placement = context->placement;
+    placement.member_nodes = world.nodes;
+    placement.store_node = world.nodes.empty() ? -1 : world.nodes.front();
+    for (std::size_t rank = 0; rank < world.nodes.size(); ++rank) {
+      if (world.nodes[rank] == placement.store_node) {
+        placement.store_node_ranks +=
+            (placement.store_node_ranks.empty() ? "" : ", ") + std::to_string(rank);
+      }
     }
+    context->backend = detail::select_host_backend(world.host_transport, world.nodes);
+    host.transport = world.host_transport;
+    host.single_node_world = world.num_nodes == 1;
+    host.store_host = world.store_host;
   }
-  context->single_node_world = world.num_nodes == 1;
-  context->store_host = world.store_host;
-  return detail::make_host_communicator(std::move(context));
+  return detail::make_communicator(std::move(context), std::move(host));
 }
 
 }  // namespace

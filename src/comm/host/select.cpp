@@ -1,61 +1,38 @@
 #include "comm/host/select.hpp"
 
-#include "comm/gloo/communicator.hpp"
-#include "comm/hierarchical/communicator.hpp"
-#include "comm/shm/communicator.hpp"
-
 #include <map>
-#include <mutex>
 
 namespace cohort::detail {
 
-std::shared_ptr<gloo::transport::Device> shared_gloo_device(const CommContext& context) {
-  struct Cache {
-    std::mutex mutex;
-    std::weak_ptr<gloo::transport::Device> devices[2];  // [local_only]
-  };
-  // Never destroyed: a worker left to finish after an abort may release a device while static
-  // destructors run (Note [Host worker teardown]).
-  static Cache* const cache = new Cache();
-  const std::size_t index = context.single_node_world ? 1 : 0;
-  const std::lock_guard<std::mutex> lock(cache->mutex);
-  auto device = cache->devices[index].lock();
-  if (!device) {
-    device = make_gloo_device(context.single_node_world, context.store_host);
-    cache->devices[index] = device;
+Backend select_host_backend(HostTransport transport, const std::vector<int>& member_nodes) {
+  if (transport == HostTransport::gloo) {
+    return Backend::gloo;
   }
-  return device;
-}
-
-std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext> context) {
   std::map<int, int> members_per_node;
-  for (const int node : context->member_nodes) {
+  for (const int node : member_nodes) {
     ++members_per_node[node];
   }
-  if (context->host_transport != HostTransport::gloo) {
-    if (members_per_node.size() <= 1) {
-      return std::make_unique<ShmCommunicator>(std::move(context));
-    }
-    const int first = members_per_node.begin()->second;
-    bool even = first > 1;
-    for (const auto& [node, members] : members_per_node) {
-      even = even && members == first;
-    }
-    if (even) {
-      return std::make_unique<HierarchicalCommunicator>(std::move(context));
-    }
+  if (members_per_node.size() <= 1) {
+    return Backend::shm;
   }
-  auto device = shared_gloo_device(*context);
-  return std::make_unique<GlooCommunicator>(std::move(context), std::move(device));
+  const int first = members_per_node.begin()->second;
+  bool even = first > 1;
+  for (const auto& [node, members] : members_per_node) {
+    even = even && members == first;
+  }
+  return even ? Backend::hierarchical : Backend::gloo;
 }
 
-std::unique_ptr<Communicator> split_host_communicator(CommContext& parent, int color, int key,
-                                                      std::string name) {
+std::unique_ptr<Communicator> split_host_communicator(
+    CommContext& parent, const std::shared_ptr<const HostContext>& host, int color, int key,
+    std::string name) {
   const SplitPlan plan = plan_split(parent, color, key);
   if (!plan.member) {
     return nullptr;
   }
-  return make_host_communicator(make_child_context(parent, plan, std::move(name)));
+  auto child = make_child_context(parent, plan, std::move(name));
+  child->backend = select_host_backend(host->transport, child->placement.member_nodes);
+  return host->make(std::move(child), host);
 }
 
 }  // namespace cohort::detail

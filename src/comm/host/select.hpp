@@ -1,17 +1,16 @@
 #pragma once
 
-// Which host communicator a group of ranks gets (see Note [Host transport selection]).
+// Which host backend a group of ranks gets, and the split of a host communicator.
 
 #include "comm/context.hpp"
+#include "comm/host/context.hpp"
 
 #include <cohort/comm/communicator.hpp>
+#include <cohort/comm/types.hpp>
 
 #include <memory>
 #include <string>
-
-namespace gloo::transport {
-class Device;
-}
+#include <vector>
 
 namespace cohort::detail {
 
@@ -20,16 +19,14 @@ namespace cohort::detail {
 /// hosts uses Gloo, except that one with the same number (> 1) of members on every host combines
 /// the two (HierarchicalCommunicator). `HostTransport::gloo` (COHORT_HOST_TRANSPORT=gloo) makes
 /// every host communicator Gloo; `shm` is the automatic choice made explicit (shared memory
-/// wherever ranks share a host).
-std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext> context);
+/// wherever ranks share a host). Decided before the communicator exists, from `member_nodes`
+/// (the node of each member); its constructor checks it.
+Backend select_host_backend(HostTransport transport, const std::vector<int>& member_nodes);
 
-/// `parent.split(color, key, name)` for host communicators: the new group gets the transport
-/// its members' placement calls for.
-std::unique_ptr<Communicator> split_host_communicator(CommContext& parent, int color, int key,
-                                                      std::string name);
-
-/// This process's Gloo TCP device (one per process, shared by its Gloo communicators), bound as
-/// `make_gloo_device` says for the world of `context`.
-std::shared_ptr<gloo::transport::Device> shared_gloo_device(const CommContext& context);
+/// `parent.split(color, key, name)` for host communicators: the new group gets the backend its
+/// members' placement calls for, made through `host.make`.
+std::unique_ptr<Communicator> split_host_communicator(
+    CommContext& parent, const std::shared_ptr<const HostContext>& host, int color, int key,
+    std::string name);
 
 }  // namespace cohort::detail

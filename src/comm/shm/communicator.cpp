@@ -8,8 +8,9 @@
 
 namespace cohort::detail {
 
-ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
-    : Communicator(std::move(context)) {
+ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context,
+                                 std::shared_ptr<const HostContext> host)
+    : Communicator(std::move(context)), host_(std::move(host)) {
   CommContext& ctx = this->context();
   ctx.backend = Backend::shm;
   ctx.backend_version = "shared memory";
@@ -47,7 +48,7 @@ void ShmCommunicator::run(const Call& call, const Stream& stream,
 }
 
 std::unique_ptr<Communicator> ShmCommunicator::do_split(int color, int key, std::string name) {
-  return split_host_communicator(context(), color, key, std::move(name));
+  return split_host_communicator(context(), host_, color, key, std::move(name));
 }
 
 }  // namespace cohort::detail
