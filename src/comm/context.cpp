@@ -27,6 +27,13 @@ std::string versions_line(const CommContext& context) {
   return std::string("cohort ") + COHORT_VERSION_STRING + ", " + context.backend_version;
 }
 
+void expect_backend(const CommContext& context, Backend backend) {
+  COHORT_EXPECTS(context.backend == backend,
+                 context.describe() + " was decided for the " +
+                     std::string(to_string(context.backend)) + " backend, but a " +
+                     std::string(to_string(backend)) + " communicator was made for it");
+}
+
 void CommContext::set_backend_abort(std::function<void()> fn) {
   const std::lock_guard<std::mutex> lock(mutex_);
   backend_abort_ = std::move(fn);

@@ -132,6 +132,10 @@ SplitPlan plan_split(CommContext& context, int color, int key);
 std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
                                                 std::string name);
 
+/// Checks, in a backend's constructor, that `context` was decided for `backend` (Note [The
+/// backend, decided once] in world.cpp). @throws InvalidArgument naming both when it was not.
+void expect_backend(const CommContext& context, Backend backend);
+
 /// "cohort 0.1.0" plus the backend's version.
 std::string versions_line(const CommContext& context);
 

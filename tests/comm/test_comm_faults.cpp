@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 cohort::WorldOptions options_with_timeout(std::chrono::milliseconds timeout) {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = timeout;
   return options;
 }

@@ -262,7 +262,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
       host_(std::move(host)),
       device_(shared_gloo_device(*host_)) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::gloo;
+  expect_backend(ctx, Backend::gloo);  // Note [The backend, decided once]
   ctx.backend_version = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
                         std::to_string(GLOO_VERSION_MINOR) + "." +
                         std::to_string(GLOO_VERSION_PATCH);

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -61,8 +60,8 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only,
                                                           const std::string& store_host) {
   gloo::transport::tcp::attr attr;
   std::string chosen_by;
-  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != 0) {
-    attr.iface = iface;
+  if (const auto iface = env::text(env::kGlooSocketIfname)) {
+    attr.iface = *iface;
   } else if (local_only) {
     attr.hostname = "127.0.0.1";
   } else if (auto address = local_address_toward(store_host)) {

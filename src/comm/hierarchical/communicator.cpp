@@ -88,7 +88,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> 
                                                    std::shared_ptr<const HostContext> host)
     : Communicator(std::move(context)), host_(std::move(host)), parts_(std::make_shared<Parts>()) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::hierarchical;
+  expect_backend(ctx, Backend::hierarchical);  // Note [The backend, decided once]
   const std::vector<int>& nodes = ctx.placement.member_nodes;
   const int node = nodes.at(static_cast<std::size_t>(ctx.rank()));
   int index = 0;  // among the members on this host

@@ -12,7 +12,7 @@ ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context,
                                  std::shared_ptr<const HostContext> host)
     : Communicator(std::move(context)), host_(std::move(host)) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::shm;
+  expect_backend(ctx, Backend::shm);  // Note [The backend, decided once]
   ctx.backend_version = "shared memory";
   ctx.group.barrier("shm/joined");
   engine_ = std::make_shared<ShmEngine>(ctx);
