@@ -39,7 +39,7 @@ void CommContext::set_backend_abort(std::function<void()> fn) {
   backend_abort_ = std::move(fn);
 }
 
-bool CommContext::mark_aborted(const std::string& reason) noexcept {
+bool CommContext::mark_aborted(const std::string& reason, bool reported) noexcept {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_.load()) {
     return false;
@@ -51,12 +51,14 @@ bool CommContext::mark_aborted(const std::string& reason) noexcept {
   }
   aborted_.store(true);
   backend_abort_due_ = true;
+  abort_reported_ = reported;
   return true;
 }
 
 void CommContext::finish_abort() noexcept {
   std::function<void()> backend_abort;
   std::string reason;
+  bool reported = false;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!backend_abort_due_) {
@@ -65,8 +67,13 @@ void CommContext::finish_abort() noexcept {
     backend_abort_due_ = false;
     backend_abort = backend_abort_;
     reason = abort_reason_;
+    reported = abort_reported_;
   }
-  COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
+  if (reported) {
+    COHORT_LOG(debug) << "aborting " << describe() << ": " << reason;
+  } else {
+    COHORT_LOG(warn) << "aborting " << describe() << ": " << reason;
+  }
   if (backend_abort) {
     try {
       backend_abort();
@@ -76,8 +83,8 @@ void CommContext::finish_abort() noexcept {
   }
 }
 
-bool CommContext::abort(const std::string& reason) noexcept {
-  if (!mark_aborted(reason)) {
+bool CommContext::abort(const std::string& reason, bool reported) noexcept {
+  if (!mark_aborted(reason, reported)) {
     return false;
   }
   finish_abort();

@@ -79,13 +79,15 @@ class CommContext {
   // ---- abort ----
   /// Called once by the first abort; the backend installs it and clears it when destroyed.
   void set_backend_abort(std::function<void()> fn);
-  /// Marks the communicator aborted with `reason` and runs the backend's abort once.
-  /// Returns whether this call was the one that aborted.
-  bool abort(const std::string& reason) noexcept;
+  /// Marks the communicator aborted with `reason` and runs the backend's abort once. The abort
+  /// and its reason are logged as a warning, or only at debug level when `reported`: a failure
+  /// this rank reported already (Note [One report per failure] in watchdog.cpp). Returns
+  /// whether this call was the one that aborted.
+  bool abort(const std::string& reason, bool reported = false) noexcept;
   /// `abort` in two halves (Note [Aborted before the waiter wakes]): `mark_aborted` only sets
   /// `aborted()` and the reason, at once, and returns whether this call was the first;
   /// `finish_abort` then runs the backend's abort (ncclCommAbort can take seconds), once.
-  bool mark_aborted(const std::string& reason) noexcept;
+  bool mark_aborted(const std::string& reason, bool reported = false) noexcept;
   void finish_abort() noexcept;
   bool aborted() const noexcept { return aborted_.load(); }
   std::string abort_reason() const;
@@ -110,6 +112,7 @@ class CommContext {
   std::string abort_reason_;
   std::function<void()> backend_abort_;
   bool backend_abort_due_ = false;  // marked aborted, backend abort not yet run
+  bool abort_reported_ = false;     // the abort's reason was reported where it arose
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
   std::uint64_t tracking_steps_ = 0;

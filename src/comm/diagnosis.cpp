@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -141,6 +142,16 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
            "); the process that hosts it (rank 0 or cohortrun) may have died." +
            store_node(context) + " ";
   }
+  // Note [What a silent rank last said]
+  // A rank publishes its progress once a second (and when asked), so a rank that died has
+  // published what it had issued up to a second before it died, and a small model issues
+  // hundreds of collectives a second. The diagnosis used to list such a rank among those that
+  // had not arrived, "last issued #875", beside ranks in lockstep with it at #1666: the 875 was
+  // true a second earlier, and read as if the rank had fallen 800 collectives behind. A rank that
+  // does not answer is now named as not responding, with what it last published and how long
+  // ago: what is known of it, said as such. Only a rank that answers, whose progress is
+  // fresh, is said not to have arrived.
+  const std::int64_t now_ms = unix_millis();
   std::vector<bool> silent_members(static_cast<std::size_t>(context.size()), false);
   std::string not_arrived;
   std::string silent;
@@ -151,12 +162,16 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
     const Progress& p = progress[static_cast<std::size_t>(member)];
     const std::string name = "rank " + std::to_string(context.global_rank(member));
     if (!p.published || p.answered < 0) {
-      silent += (silent.empty() ? "" : ", ") + name;
-      silent_members[static_cast<std::size_t>(member)] = true;
-      if (p.published && p.issued < sequence) {
-        not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
-                       std::to_string(p.issued) + ")";
+      std::string heard = " (it never published its progress)";
+      if (p.published) {
+        char age[32];
+        std::snprintf(age, sizeof(age), "%.1f",
+                      static_cast<double>(std::max<std::int64_t>(0, now_ms - p.at)) / 1000.0);
+        heard = " (last heard from " + std::string(age) + " s ago, when it had issued #" +
+                std::to_string(p.issued) + ")";
       }
+      silent += (silent.empty() ? "" : ", ") + name + heard;
+      silent_members[static_cast<std::size_t>(member)] = true;
       continue;
     }
     if (p.issued < sequence) {

@@ -307,8 +307,8 @@ World init(WorldOptions options) {
       bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
     }
 #endif
-    impl->watchdog =
-        detail::Watchdog::start(monitor_store->clone(), impl->rank, std::move(bind_watchdog));
+    impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank,
+                                             std::move(bind_watchdog), launch.run_id);
 
     const bool debug = debug_from(options);
     impl->global = make_global(*impl, debug, monitor_store);
