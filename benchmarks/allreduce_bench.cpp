@@ -598,7 +598,7 @@ int main(int argc, char** argv) {
     if (options.transport == "gloo") world_options.host_transport = cohort::HostTransport::gloo;
     if (options.transport == "auto") world_options.host_transport = cohort::HostTransport::automatic;
     if (options.ranks > 0) {
-      world_options.backend = cohort::BackendChoice::gloo;
+      world_options.backend = cohort::BackendChoice::host;
       cohort::run_local(options.ranks, [&](cohort::World& world) {
         const int rank_status = run(world, options);
         if (world.rank() == 0) status = rank_status;

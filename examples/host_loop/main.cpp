@@ -45,7 +45,7 @@ std::size_t sample(std::size_t s, std::vector<float>& x) {
 int main() try {
   // Host ranks: this program computes on the CPU, even on a machine with GPUs.
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   cohort::World world = cohort::init(options);
   cohort::ParamRegistry params;  // in forward order
   const auto w1 = params.add("fc1.weight", {kHidden, kIn});

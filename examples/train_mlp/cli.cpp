@@ -111,7 +111,7 @@ int run_cli(int argc, char** argv, Model model) {
 
     TrainResult result;
     cohort::WorldOptions world_options;
-    if (host) world_options.backend = cohort::BackendChoice::gloo;
+    if (host) world_options.backend = cohort::BackendChoice::host;
     if (ranks > 0) {
       cohort::run_local(ranks, [&](cohort::World& world) {
         TrainResult mine = train(world, options, stdout);

@@ -1,4 +1,4 @@
-#include "failure_aware_store.hpp"
+#include "comm/failure_aware_store.hpp"
 
 #include "../launch/store_detail.hpp"
 

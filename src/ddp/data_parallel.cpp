@@ -14,6 +14,7 @@
 #include <cohort/memory/memory_estimate.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -137,7 +138,13 @@ struct DataParallel::Impl {
       try {
         stream->synchronize();
       } catch (const std::exception& error) {
-        COHORT_LOG(warn) << "DataParallel: a stream failed before destruction: " << error.what();
+        // While an error unwinds, it is that failure, reported where it arose (Note [One report
+        // per failure] in src/comm/watchdog.cpp).
+        if (std::uncaught_exceptions() > 0) {
+          COHORT_LOG(debug) << "DataParallel: a stream failed before destruction: " << error.what();
+        } else {
+          COHORT_LOG(warn) << "DataParallel: a stream failed before destruction: " << error.what();
+        }
       }
     }
   }

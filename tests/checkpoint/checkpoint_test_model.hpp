@@ -182,7 +182,7 @@ class TemporaryFolder {
 
 inline cohort::WorldOptions host_world() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   return options;
 }
 

@@ -1,7 +1,7 @@
 // The watchdog against backends that misbehave in ways only a GPU shows for real (a completion
 // probe that throws on a sticky CUDA error, a collective stuck inside the backend's enqueue),
 // played here by host stand-ins built on the library's own internals.
-#include "comm/comm_context.hpp"
+#include "comm/context.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/work_state.hpp"
 #include "support/forwarding_store.hpp"

@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(30);
   return options;
 }

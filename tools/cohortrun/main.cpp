@@ -236,7 +236,8 @@ SuperviseOutcome run_once(Options options, int restart) {
   const bool single_node = options.nnodes == 1;
   const bool hosts_store = options.node_rank == 0;
 
-  std::optional<std::string> token = cohort::env::text(cohort::env::kStoreToken);
+  std::optional<std::string> token;
+  if (std::string given = cohort::env::store_token(); !given.empty()) token = std::move(given);
   if (single_node && !token) token = random_hex(16);
 
   std::unique_ptr<cohort::TcpStoreServer> server;
@@ -278,8 +279,7 @@ SuperviseOutcome run_once(Options options, int restart) {
     try {
       sizes = exchange_node_sizes({options.master_addr, options.master_port, token.value_or(""),
                                    options.run_id, options.node_rank, options.nnodes,
-                                   options.nproc_per_node,
-                                   env::duration(env::kTimeout).value_or(std::chrono::minutes(10))});
+                                   options.nproc_per_node, env::timeout()});
     } catch (const cohort::Error& error) {
       std::cerr << "cohortrun: node " << options.node_rank << " could not learn the other nodes' "
                 << "sizes: " << error.what() << "\n";

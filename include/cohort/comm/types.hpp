@@ -139,7 +139,8 @@ struct CollectiveRecord {
   double issued_seconds_ago = 0.0;
   double duration_ms = -1.0;  ///< -1 while not finished
 
-  /// One line: "#12 all_reduce 1048576 x f32 (4.00 MiB) sum: completed in 3.1 ms".
+  /// One line: "#12 all_reduce 1048576 x f32 (4.00 MiB) sum: completed in 3.100 ms" (or "in
+  /// flight for 1513 ms", or "failed after 1513 ms").
   std::string describe() const;
 };
 

@@ -14,6 +14,8 @@
 /// one object may be serialised; a thread that blocks on the store for long (a watchdog) should
 /// use its own `clone()`.
 
+#include <cohort/core/env.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,8 +30,8 @@ using Milliseconds = std::chrono::milliseconds;
 
 class Store {
  public:
-  /// The deadline a blocking call uses when none is given.
-  static constexpr Milliseconds kDefaultTimeout{std::chrono::minutes(5)};
+  /// The deadline a blocking call uses when none is given: cohort's one default deadline.
+  static constexpr Milliseconds kDefaultTimeout = ::cohort::kDefaultTimeout;
 
   virtual ~Store() = default;
   Store(const Store&) = delete;

@@ -9,8 +9,9 @@
 // parallel. Sums are taken in both steps and avg divides once at the end (so integers truncate
 // once, as on the flat path). Every other collective runs flat over Gloo.
 
-#include "comm_context.hpp"
-#include "host_worker.hpp"
+#include "comm/context.hpp"
+#include "comm/host/context.hpp"
+#include "comm/host/worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 
@@ -21,8 +22,10 @@ namespace cohort::detail {
 
 class HierarchicalCommunicator final : public Communicator {
  public:
-  /// Collective over the members of `context` (`member_nodes` set, L members per node).
-  explicit HierarchicalCommunicator(std::shared_ptr<CommContext> context);
+  /// Collective over the members of `context` (its placement known, L members per node). Its
+  /// parts are made through `host->make` (Note [Host factory]).
+  HierarchicalCommunicator(std::shared_ptr<CommContext> context,
+                           std::shared_ptr<const HostContext> host);
   ~HierarchicalCommunicator() override;
 
   /// The flat Gloo communicator's `gloo::Context*`.
@@ -36,6 +39,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:
+  std::shared_ptr<const HostContext> host_;
   std::shared_ptr<Parts> parts_;
   std::shared_ptr<HostWorker> worker_;
 };

@@ -1,6 +1,6 @@
-#include "shm_collectives.hpp"
+#include "comm/shm/collectives.hpp"
 
-#include "shm_reduce.hpp"
+#include "comm/shm/reduce.hpp"
 
 #include <cohort/core/error.hpp>
 

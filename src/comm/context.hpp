@@ -1,11 +1,13 @@
 #pragma once
 
-// What every communicator shares with the watchdog: identity, store, deadline, flight recorder,
-// and the abort switch. Its code, and the store exchanges of joining and splitting, are in
-// comm_context.cpp.
+// What every communicator shares with the watchdog, whatever its backend: identity, store,
+// deadline, flight recorder, the abort switch and the collectives in flight. Its code, and the
+// store exchanges of splitting, are in context.cpp. What only host communicators know (their
+// transport, the Gloo device's address) is a HostContext (host/context.hpp). The context calls
+// nothing of the watchdog, which reads contexts (Note [Context and watchdog]).
 
-#include "flight_recorder.hpp"
-#include "work_state.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/launch/store.hpp>
@@ -23,6 +25,22 @@
 namespace cohort::detail {
 
 class Watchdog;
+
+/// Where the members of a communicator run, for naming a node whose every member is silent and
+/// for choosing a host transport. Filled for host communicators; empty for NCCL's.
+struct Placement {
+  std::vector<int> member_nodes;  // the node of each member, by member rank
+  int store_node = -1;            // the node of global rank 0, beside which the store runs, or -1
+  std::string store_node_ranks;   // that node's global ranks, "0, 1", for messages
+};
+
+// Note [Context and watchdog]
+// The watchdog reads contexts (their deadlines, their works in flight, their stores) and aborts
+// them; a context never calls the watchdog. The one thing a context learns that the watchdog must
+// act on, a completion probe that throws, it hands to whoever polls (`in_flight`'s
+// `on_probe_error`): the watchdog passes a handler that fails the collective, other callers treat
+// the work as unfinished and leave it to the watchdog's next tick. `watchdog` below is only held
+// for the backends and the watchdog's own code, which register with it and report through it.
 
 class CommContext {
  public:
@@ -47,15 +65,7 @@ class CommContext {
   std::shared_ptr<FlightRecorder> recorder = std::make_shared<FlightRecorder>();
   std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
   std::string backend_version;  // "Gloo 0.5.0", "NCCL 2.28.9"
-  // Host backends: the transport asked for, the node of each member (shared memory needs one
-  // host), whether the world has a single node (Gloo then binds to loopback), and the store's
-  // host, whose route picks the address Gloo binds to across nodes (Note [Choosing the address]).
-  HostTransport host_transport = HostTransport::automatic;
-  std::vector<int> member_nodes;
-  int store_node = -1;           // the node of global rank 0, beside which the store runs, or -1
-  std::string store_node_ranks;  // that node's global ranks, "0, 1", for messages
-  bool single_node_world = true;
-  std::string store_host;
+  Placement placement;
 
   std::atomic<std::uint64_t> issued{0};
   std::uint64_t splits = 0;
@@ -69,13 +79,15 @@ class CommContext {
   // ---- abort ----
   /// Called once by the first abort; the backend installs it and clears it when destroyed.
   void set_backend_abort(std::function<void()> fn);
-  /// Marks the communicator aborted with `reason` and runs the backend's abort once.
-  /// Returns whether this call was the one that aborted.
-  bool abort(const std::string& reason) noexcept;
+  /// Marks the communicator aborted with `reason` and runs the backend's abort once. The abort
+  /// and its reason are logged as a warning, or only at debug level when `reported`: a failure
+  /// this rank reported already (Note [One report per failure] in watchdog.cpp). Returns
+  /// whether this call was the one that aborted.
+  bool abort(const std::string& reason, bool reported = false) noexcept;
   /// `abort` in two halves (Note [Aborted before the waiter wakes]): `mark_aborted` only sets
   /// `aborted()` and the reason, at once, and returns whether this call was the first;
   /// `finish_abort` then runs the backend's abort (ncclCommAbort can take seconds), once.
-  bool mark_aborted(const std::string& reason) noexcept;
+  bool mark_aborted(const std::string& reason, bool reported = false) noexcept;
   void finish_abort() noexcept;
   bool aborted() const noexcept { return aborted_.load(); }
   std::string abort_reason() const;
@@ -84,8 +96,12 @@ class CommContext {
   void track(const std::shared_ptr<WorkState>& work);
   /// Fails every unfinished work with `error`.
   void fail_in_flight(const std::exception_ptr& error);
-  /// Unfinished works, oldest first (drops finished ones).
-  std::vector<std::shared_ptr<WorkState>> in_flight();
+  /// Called with a work whose completion probe threw, and the probe's error.
+  using ProbeErrorHandler = std::function<void(WorkState& work, const std::exception& error)>;
+  /// Unfinished works, oldest first (drops finished ones), polling each one's probe. A probe that
+  /// throws leaves its work in the list and goes to `on_probe_error` when given (Note [Context
+  /// and watchdog]).
+  std::vector<std::shared_ptr<WorkState>> in_flight(const ProbeErrorHandler& on_probe_error = {});
   /// How many works `track` has looked at so far: O(1) amortized per call (Note [Tracking
   /// in-flight work]), however many are in flight.
   std::uint64_t tracking_steps() const;
@@ -96,17 +112,11 @@ class CommContext {
   std::string abort_reason_;
   std::function<void()> backend_abort_;
   bool backend_abort_due_ = false;  // marked aborted, backend abort not yet run
+  bool abort_reported_ = false;     // the abort's reason was reported where it arose
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
   std::uint64_t tracking_steps_ = 0;
 };
-
-/// How long a diagnosing rank waits for every watchdog to publish fresh progress.
-inline constexpr std::chrono::milliseconds kAnswerWait{1500};
-
-/// Reads each member's published progress and names those that had not reached `sequence`.
-/// Never throws; a store that cannot be read is said so in the text.
-std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence);
 
 /// Which members of `context` pass the same color to a split, and what follows from it; the
 /// same on every member. Collective: exchanges (color, key) through the store.
@@ -120,12 +130,14 @@ struct SplitPlan {
 SplitPlan plan_split(CommContext& context, int color, int key);
 
 /// The context of the communicator `plan` describes: identity from the plan, the rest (device,
-/// backend, deadline, watchdog) from `parent`, store handles scoped to the plan's id.
+/// backend, deadline, watchdog, the placement of its members) from `parent`, store handles scoped
+/// to the plan's id.
 std::shared_ptr<CommContext> make_child_context(const CommContext& parent, const SplitPlan& plan,
                                                 std::string name);
 
-/// Publishes this rank's progress on `context` (issued and finished sequence, wall time).
-void publish_progress(CommContext& context) noexcept;
+/// Checks, in a backend's constructor, that `context` was decided for `backend` (Note [The
+/// backend, decided once] in world.cpp). @throws InvalidArgument naming both when it was not.
+void expect_backend(const CommContext& context, Backend backend);
 
 /// "cohort 0.1.0" plus the backend's version.
 std::string versions_line(const CommContext& context);

@@ -19,7 +19,7 @@
 // (so that it still sees an abort, a dead peer or the deadline); a poster wakes the futex only
 // when someone sleeps. See Note [Shared-memory collectives] for the protocol.
 
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "gloo_mesh.hpp"
+#include "comm/gloo/mesh.hpp"
 
 #include <cohort/core/error.hpp>
 

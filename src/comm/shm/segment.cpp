@@ -1,4 +1,4 @@
-#include "shm_segment.hpp"
+#include "comm/shm/segment.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>

@@ -16,8 +16,8 @@
 //   reduces block r of every slot. all-gather: copy in, then copy every slot out. broadcast:
 //   the root copies in; the others copy out. barrier: `arrived` and wait.
 
-#include "comm_context.hpp"
-#include "shm_segment.hpp"
+#include "comm/context.hpp"
+#include "comm/shm/segment.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

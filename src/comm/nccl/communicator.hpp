@@ -2,7 +2,7 @@
 
 // The GPU backend: collectives over NCCL, enqueued on the caller's CUDA stream.
 
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
 #include <cohort/comm/communicator.hpp>
 

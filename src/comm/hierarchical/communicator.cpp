@@ -1,9 +1,8 @@
-#include "hierarchical_communicator.hpp"
+#include "comm/hierarchical/communicator.hpp"
 
-#include "gloo_communicator.hpp"
-#include "host_select.hpp"
-#include "shm_reduce.hpp"
-#include "watchdog.hpp"
+#include "comm/host/select.hpp"
+#include "comm/shm/reduce.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 
@@ -34,9 +33,7 @@ std::shared_ptr<CommContext> same_members(const CommContext& context, const std:
     plan.global_ranks.push_back(context.global_rank(r));
   }
   plan.id = context.id + "." + suffix;
-  auto child = make_child_context(context, plan, context.name + "." + suffix);
-  child->host_transport = HostTransport::gloo;  // the flat part is Gloo, whatever the placement
-  return child;
+  return make_child_context(context, plan, context.name + "." + suffix);
 }
 
 template <typename T>
@@ -87,22 +84,29 @@ void HierarchicalCommunicator::Parts::execute(const Call& call, int size) {
   }
 }
 
-HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> context)
-    : Communicator(std::move(context)), parts_(std::make_shared<Parts>()) {
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<CommContext> context,
+                                                   std::shared_ptr<const HostContext> host)
+    : Communicator(std::move(context)), host_(std::move(host)), parts_(std::make_shared<Parts>()) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::hierarchical;
-  const int node = ctx.member_nodes.at(static_cast<std::size_t>(ctx.rank()));
+  expect_backend(ctx, Backend::hierarchical);  // Note [The backend, decided once]
+  const std::vector<int>& nodes = ctx.placement.member_nodes;
+  const int node = nodes.at(static_cast<std::size_t>(ctx.rank()));
   int index = 0;  // among the members on this host
   for (int r = 0; r < ctx.rank(); ++r) {
-    index += ctx.member_nodes[static_cast<std::size_t>(r)] == node ? 1 : 0;
+    index += nodes[static_cast<std::size_t>(r)] == node ? 1 : 0;
   }
-  parts_->flat = std::make_unique<GlooCommunicator>(same_members(ctx, "flat"),
-                                                    shared_gloo_device(ctx));
-  // The flat communicator forces Gloo on what it splits; the in-host part wants shared memory.
+  // The flat part is Gloo, whatever the placement, and so is what it splits.
+  auto flat_host = std::make_shared<HostContext>(*host_);
+  flat_host->transport = HostTransport::gloo;
+  auto flat = same_members(ctx, "flat");
+  flat->backend = Backend::gloo;
+  parts_->flat = host_->make(std::move(flat), std::move(flat_host));
+  // The in-host part wants shared memory, the across part Gloo: the placement says so.
   auto split = [&](int color, int key, const std::string& suffix) {
     const SplitPlan plan = plan_split(ctx, color, key);
     auto child = make_child_context(ctx, plan, ctx.name + "." + suffix);
-    return make_host_communicator(std::move(child));
+    child->backend = select_host_backend(host_->transport, child->placement.member_nodes);
+    return host_->make(std::move(child), host_);
   };
   parts_->node = split(node, index, "node");
   parts_->across = split(index, node, "across");
@@ -135,7 +139,7 @@ void HierarchicalCommunicator::run(const Call& call, const Stream& stream,
 
 std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int key,
                                                                 std::string name) {
-  return split_host_communicator(context(), color, key, std::move(name));
+  return split_host_communicator(context(), host_, color, key, std::move(name));
 }
 
 }  // namespace cohort::detail

@@ -1,6 +1,6 @@
-#include "nccl_communicator.hpp"
+#include "comm/nccl/communicator.hpp"
 
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/backoff.hpp>
 #include <cohort/core/error.hpp>
@@ -219,7 +219,7 @@ std::string nccl_version_string() {
 NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
     : Communicator(std::move(context)) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::nccl;
+  expect_backend(ctx, Backend::nccl);  // Note [The backend, decided once]
   ctx.backend_version = nccl_version_string();
   handle_ = std::make_shared<Handle>(ctx.device);
   bind_cuda_device(ctx.device);
@@ -271,6 +271,7 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
 NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context,
                                    std::shared_ptr<Handle> handle)
     : Communicator(std::move(context)), handle_(std::move(handle)) {
+  expect_backend(this->context(), Backend::nccl);  // inherited from the parent
   install();
 }
 

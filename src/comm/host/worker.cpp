@@ -1,6 +1,6 @@
-#include "host_worker.hpp"
+#include "comm/host/worker.hpp"
 
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 
@@ -101,8 +101,10 @@ void execute_collective(WorkState& work, CommContext& context,
   } release{work};
   if (context.aborted()) {
     try {
-      COHORT_FAIL(Error, context.describe() + " was aborted before " +
-                             work.record().describe() + " ran: " + context.abort_reason());
+      COHORT_FAIL(Error,
+                  "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
+                      work.describe() + " on " + context.describe() +
+                      " did not run: the communicator was aborted: " + context.abort_reason());
     } catch (...) {
       work.fail(std::current_exception());
     }

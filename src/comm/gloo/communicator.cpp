@@ -1,8 +1,9 @@
-#include "gloo_communicator.hpp"
+#include "comm/gloo/communicator.hpp"
 
-#include "gloo_mesh.hpp"
-#include "host_select.hpp"
-#include "watchdog.hpp"
+#include "comm/gloo/device.hpp"
+#include "comm/gloo/mesh.hpp"
+#include "comm/host/select.hpp"
+#include "comm/watchdog.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
@@ -12,18 +13,10 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
-#include <gloo/transport/tcp/device.h>
-
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <gloo/transport/device.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 namespace cohort::detail {
@@ -263,83 +256,13 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
 
 }  // namespace
 
-// Note [Choosing the address]
-// A Gloo device binds one local address, which its peers connect to. Across nodes, the host
-// name is a poor guide: inside containers or namespaces it often does not resolve ("Unable to
-// find address for: node1"), or resolves to a loopback or management address the other nodes
-// cannot reach. Every rank already reached the store host, so the address to bind is the local
-// end of the route to it, as NCCL's bootstrap chooses its interface: a UDP socket connected to
-// the store host (which sends nothing) and getsockname. GLOO_SOCKET_IFNAME still wins where
-// set; the host name is the fallback where the store host is unknown (a store given in
-// WorldOptions) or has no route.
-std::optional<std::string> local_address_toward(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (host.empty() || getaddrinfo(host.c_str(), "9", &hints, &found) != 0) {
-    return std::nullopt;
-  }
-  std::optional<std::string> address;
-  for (const addrinfo* entry = found; entry != nullptr && !address; entry = entry->ai_next) {
-    const int fd = ::socket(entry->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t length = sizeof(local);
-    char text[INET6_ADDRSTRLEN] = {};
-    if (::connect(fd, entry->ai_addr, entry->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
-      const void* raw = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
-    }
-    ::close(fd);
-  }
-  freeaddrinfo(found);
-  return address;
-}
-
-std::shared_ptr<gloo::transport::Device> make_gloo_device(bool local_only,
-                                                          const std::string& store_host) {
-  gloo::transport::tcp::attr attr;
-  std::string chosen_by;
-  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != 0) {
-    attr.iface = iface;
-  } else if (local_only) {
-    attr.hostname = "127.0.0.1";
-  } else if (auto address = local_address_toward(store_host)) {
-    attr.hostname = *address;
-    chosen_by = " (the local address of the route to the store host '" + store_host + "')";
-  } else {
-    char name[256] = {};
-    COHORT_CHECK(gethostname(name, sizeof(name) - 1) == 0, Error,
-                 std::string("gethostname failed: ") + std::strerror(errno));
-    attr.hostname = name;
-    if (!store_host.empty()) {
-      chosen_by = " (no route to the store host '" + store_host + "' was found)";
-    }
-  }
-  try {
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    if (!chosen_by.empty()) {
-      COHORT_LOG(info) << "Gloo binds " << attr.hostname << chosen_by;
-    }
-    return device;
-  } catch (const std::exception& error) {
-    COHORT_FAIL(Error, std::string("cannot create the Gloo TCP device on ") +
-                           (attr.iface.empty() ? "host '" + attr.hostname + "'"
-                                               : "interface '" + attr.iface + "'") +
-                           chosen_by + ": " + error.what() +
-                           ". Set GLOO_SOCKET_IFNAME to the network interface the ranks share.");
-  }
-}
-
 GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
-                                   std::shared_ptr<gloo::transport::Device> device)
-    : Communicator(std::move(context)), device_(std::move(device)) {
+                                   std::shared_ptr<const HostContext> host)
+    : Communicator(std::move(context)),
+      host_(std::move(host)),
+      device_(shared_gloo_device(*host_)) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::gloo;
+  expect_backend(ctx, Backend::gloo);  // Note [The backend, decided once]
   ctx.backend_version = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
                         std::to_string(GLOO_VERSION_MINOR) + "." +
                         std::to_string(GLOO_VERSION_PATCH);
@@ -372,7 +295,7 @@ void GlooCommunicator::run(const Call& call, const Stream& stream,
 }
 
 std::unique_ptr<Communicator> GlooCommunicator::do_split(int color, int key, std::string name) {
-  return split_host_communicator(context(), color, key, std::move(name));
+  return split_host_communicator(context(), host_, color, key, std::move(name));
 }
 
 }  // namespace cohort::detail

@@ -1,17 +1,18 @@
-#include "shm_communicator.hpp"
+#include "comm/shm/communicator.hpp"
 
-#include "host_select.hpp"
-#include "shm_collectives.hpp"
-#include "watchdog.hpp"
+#include "comm/host/select.hpp"
+#include "comm/shm/collectives.hpp"
+#include "comm/watchdog.hpp"
 
 #include <algorithm>
 
 namespace cohort::detail {
 
-ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context)
-    : Communicator(std::move(context)) {
+ShmCommunicator::ShmCommunicator(std::shared_ptr<CommContext> context,
+                                 std::shared_ptr<const HostContext> host)
+    : Communicator(std::move(context)), host_(std::move(host)) {
   CommContext& ctx = this->context();
-  ctx.backend = Backend::shm;
+  expect_backend(ctx, Backend::shm);  // Note [The backend, decided once]
   ctx.backend_version = "shared memory";
   ctx.group.barrier("shm/joined");
   engine_ = std::make_shared<ShmEngine>(ctx);
@@ -47,7 +48,7 @@ void ShmCommunicator::run(const Call& call, const Stream& stream,
 }
 
 std::unique_ptr<Communicator> ShmCommunicator::do_split(int color, int key, std::string name) {
-  return split_host_communicator(context(), color, key, std::move(name));
+  return split_host_communicator(context(), host_, color, key, std::move(name));
 }
 
 }  // namespace cohort::detail

@@ -4,8 +4,9 @@
 // (see Note [Shared-memory segment] and Note [Shared-memory collectives]), run on the
 // communicator's own worker thread.
 
-#include "comm_context.hpp"
-#include "host_worker.hpp"
+#include "comm/context.hpp"
+#include "comm/host/context.hpp"
+#include "comm/host/worker.hpp"
 
 #include <cohort/comm/communicator.hpp>
 
@@ -19,7 +20,7 @@ class ShmEngine;
 class ShmCommunicator final : public Communicator {
  public:
   /// Collective over the members of `context`, which must all run on this host.
-  explicit ShmCommunicator(std::shared_ptr<CommContext> context);
+  ShmCommunicator(std::shared_ptr<CommContext> context, std::shared_ptr<const HostContext> host);
   ~ShmCommunicator() override;
 
   /// The communicator's segment engine (no library handle exists to call directly).
@@ -31,6 +32,7 @@ class ShmCommunicator final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:
+  std::shared_ptr<const HostContext> host_;
   std::shared_ptr<ShmEngine> engine_;
   std::shared_ptr<HostWorker> worker_;
 };

@@ -2,7 +2,7 @@
 
 // Connecting the members of a Gloo communicator to one another, within its deadline.
 
-#include "comm_context.hpp"
+#include "comm/context.hpp"
 
 #include <chrono>
 #include <memory>

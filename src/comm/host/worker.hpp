@@ -3,8 +3,8 @@
 // What the host backends (shared memory, Gloo) share: the worker thread that runs a
 // communicator's operations in order, and the glue between a host stream and that thread.
 
-#include "comm_context.hpp"
-#include "work_state.hpp"
+#include "comm/context.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/detail/event_pool.hpp>
@@ -34,7 +34,7 @@ namespace cohort::detail {
 /// blocked past that (an operation on a live peer, after an abort from elsewhere) is detached;
 /// its tasks own everything they use (the communicator's context, the Gloo context, which owns
 /// its device), and the only static on that path, the Gloo device cache, is never destroyed
-/// (src/comm/host_select.cpp), so no destructor at exit runs under it.
+/// (src/comm/gloo/device.cpp), so no destructor at exit runs under it.
 /// The same bound as a wait for a failed work's buffers (Note [Buffers after a failure]).
 inline constexpr std::chrono::milliseconds kAbortedWorkerPatience = kReleasePatience;
 
