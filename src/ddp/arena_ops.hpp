@@ -5,8 +5,8 @@
 // On a GPU the wire-compression casts (f32 <-> bf16/f16) are the kernels' one vectorized cast
 // kernel (kernels::cuda::cast); the host loops here are their reference.
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 
 #include <cstddef>
 
