@@ -4,7 +4,7 @@
 #include "checkpoint_parts.hpp"
 #include "file_io.hpp"
 
-#include "../optim/state_memory.hpp"
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/core/env.hpp>

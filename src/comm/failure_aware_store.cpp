@@ -1,8 +1,8 @@
 #include "failure_aware_store.hpp"
 
-#include "../launch/store_detail.hpp"
-
+#include <cohort/core/detail/deadline.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/launch/detail/store_messages.hpp>
 
 #include <algorithm>
 #include <chrono>
