@@ -137,5 +137,5 @@ int main() try {
   return agree && learned ? 0 : 1;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "host_loop: %s\n", error.what());
-  return 1;
+  return cohort::exit_status_for(error);  // 78 when a restart cannot fix it, else 1
 }

@@ -36,6 +36,7 @@
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/rank_agreement.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/clip.hpp>
 #include <cohort/optim/loss_scaler.hpp>
@@ -46,6 +47,7 @@
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/checkpoint/checksum.hpp>
+#include <cohort/checkpoint/exit_status.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/checkpoint/preemption.hpp>
 #include <cohort/data/distributed_sampler.hpp>

@@ -476,12 +476,18 @@ void DataParallel::sync_grads() {
     }
     s.marked_window.assign(s.registry.size(), false);
     s.reset_step();
+    // The likeliest cause is a gradient written but not marked; UnusedParams::zero would throw
+    // that gradient away, so it is offered second, for parameters the step did not use.
+    const bool one = unused.size() == 1;
     COHORT_FAIL(InvalidArgument,
-                "sync_grads: " + std::string(unused.size() == 1 ? "parameter " : "parameters ") +
-                    names + (unused.size() == 1 ? " was" : " were") +
-                    " never marked ready in this step. Call dp.grad_ready(handle) once its "
-                    "gradient is written, or set DataParallelOptions::unused_params = "
-                    "cohort::UnusedParams::zero to reduce unused parameters as zero gradients");
+                "sync_grads: " + std::string(one ? "parameter " : "parameters ") + names +
+                    (one ? " was" : " were") +
+                    " never marked ready in this step. Call dp.grad_ready(handle)" +
+                    (one ? "" : " for each") + " after writing its gradient. Only if this step " +
+                    (one ? "did not use it" : "did not use them") +
+                    " at all, set DataParallelOptions::unused_params = "
+                    "cohort::UnusedParams::zero, which zeroes the gradient of every unmarked "
+                    "parameter (a gradient written but not marked is lost)");
   }
   for (const std::uint32_t i : unused) {
     detail::zero_async(grad(ParamHandle{i}), s.compute);

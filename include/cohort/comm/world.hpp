@@ -31,20 +31,20 @@ struct WorldOptions {
   BackendChoice backend = BackendChoice::automatic;
   /// Deadline of every collective and of forming the world. Unset: `COHORT_TIMEOUT` (e.g. "600",
   /// "90s", "10m", "500ms"), else 10 minutes.
-  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<std::chrono::milliseconds> timeout = std::nullopt;
   /// Where the ranks are; unset: `LaunchInfo::from_environment()`.
-  std::optional<LaunchInfo> launch;
+  std::optional<LaunchInfo> launch = std::nullopt;
   /// The store the ranks meet through; unset: `connect_store(launch)`.
-  std::shared_ptr<Store> store;
+  std::shared_ptr<Store> store = nullptr;
   /// Check that every rank issues the same collectives (slow; for debugging). Unset:
   /// `COHORT_DEBUG_COLLECTIVES=1`.
-  std::optional<bool> debug_collectives;
+  std::optional<bool> debug_collectives = std::nullopt;
   /// Group ranks into nodes of this many consecutive ranks instead of by host name; lets
   /// `run_local` model several nodes in one process (0: by host name).
   int ranks_per_node = 0;
   /// How host communicators move data (see `HostTransport`). Unset: `COHORT_HOST_TRANSPORT`
   /// (shm, gloo or auto), else automatic.
-  std::optional<HostTransport> host_transport;
+  std::optional<HostTransport> host_transport = std::nullopt;
 };
 
 class World {
