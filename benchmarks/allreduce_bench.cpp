@@ -197,22 +197,8 @@ double expected(cohort::ReduceOp op, int ranks, std::size_t i) {
   return 0.0;
 }
 
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
+using cohort::from_double;
+using cohort::to_double;
 
 std::vector<std::byte> pattern(cohort::DType dtype, int rank, std::size_t count) {
   std::vector<std::byte> bytes(count * cohort::size_of(dtype));

@@ -4,11 +4,13 @@
 /// Everything in cohort's public API. Include what you use instead where compile time matters.
 
 #include <cohort/core/device.hpp>
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/dtype.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/launch/file_store.hpp>
 #include <cohort/launch/launch_info.hpp>
 #include <cohort/launch/memory_store.hpp>
@@ -22,7 +24,6 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/host_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/limit_adaptor.hpp>

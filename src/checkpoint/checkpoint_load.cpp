@@ -4,10 +4,9 @@
 #include "checkpointer_impl.hpp"
 #include "file_io.hpp"
 
-#include "../optim/state_memory.hpp"
-
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <sys/stat.h>
 

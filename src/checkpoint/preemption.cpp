@@ -1,6 +1,7 @@
 #include <cohort/checkpoint/preemption.hpp>
 
-#include "../optim/state_memory.hpp"
+#include <cohort/memory/detail/state_resource.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <signal.h>
 

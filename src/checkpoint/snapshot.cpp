@@ -5,8 +5,7 @@
 #include "checkpointer_impl.hpp"
 #include "file_io.hpp"
 
-#include "../optim/state_memory.hpp"
-
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/version.hpp>
 
 #include <algorithm>

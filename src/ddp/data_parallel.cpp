@@ -9,6 +9,7 @@
 #include <cohort/core/logging.hpp>
 #include <cohort/detail/event_pool.hpp>
 #include <cohort/memory/buffer.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/memory_estimate.hpp>
@@ -168,10 +169,10 @@ struct DataParallel::Impl {
               [](const ArenaSlice& a, const ArenaSlice& b) { return a.offset < b.offset; });
     std::size_t end = 0;
     for (const ArenaSlice& slot : slots) {
-      detail::fill_zero(params_view().slice(end, slot.offset - end), compute);
+      detail::zero_async(params_view().slice(end, slot.offset - end), compute);
       end = slot.offset + slot.count;
     }
-    detail::fill_zero(params_view().slice(end, plan.arena_count - end), compute);
+    detail::zero_async(params_view().slice(end, plan.arena_count - end), compute);
   }
 
   void reset_step() {
@@ -397,9 +398,9 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   if (own_params) {
     s.zero_param_gaps();  // keep the caller's values
   } else {
-    detail::fill_zero(s.params_view(), s.compute);
+    detail::zero_async(s.params_view(), s.compute);
   }
-  detail::fill_zero(s.grads_view(), s.compute);
+  detail::zero_async(s.grads_view(), s.compute);
   s.compute.synchronize();
   if (s.sizing.automatic) {
     const BucketPlan provisional = s.plan;
@@ -496,7 +497,7 @@ void DataParallel::sync_grads() {
                     "parameter (a gradient written but not marked is lost)");
   }
   for (const std::uint32_t i : unused) {
-    detail::fill_zero(grad(ParamHandle{i}), s.compute);
+    detail::zero_async(grad(ParamHandle{i}), s.compute);
   }
   for (std::uint32_t i = 0; i < s.registry.size(); ++i) {
     if (!s.marked_step[i]) {
@@ -528,7 +529,7 @@ void DataParallel::sync_grads() {
 }
 
 void DataParallel::zero_grads() {
-  detail::fill_zero(impl_->grads_view(), impl_->compute);
+  detail::zero_async(impl_->grads_view(), impl_->compute);
   detail::label_host_work(impl_->compute, "zero_grads()");
 }
 

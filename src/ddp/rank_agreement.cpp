@@ -3,8 +3,7 @@
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/launch/store_group.hpp>
-
-#include "../optim/state_memory.hpp"
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <algorithm>
 #include <cstdint>

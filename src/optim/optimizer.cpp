@@ -2,9 +2,11 @@
 // scalars, gradient statistics, and the order of work on the stream, for both backends.
 
 #include "optimizer_impl.hpp"
-#include "state_memory.hpp"
 
+#include <cohort/core/detail/current_device.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/memory/detail/state_resource.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/managed.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>

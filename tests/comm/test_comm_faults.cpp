@@ -4,7 +4,6 @@
 #include <cohort/core/stream.hpp>
 #include <cohort/launch/memory_store.hpp>
 
-#include "support/forwarding_store.hpp"
 #include "support/process_ranks.hpp"
 #include "support/test_helpers.hpp"
 
@@ -229,10 +228,10 @@ TEST(Faults, RankThatNeverJoinsIsNamed) {
 }
 
 /// A store that never records the keys ending in `dropped`: a member whose messages are lost.
-class DroppingStore final : public cohort_test::ForwardingStore {
+class DroppingStore final : public cohort::ForwardingStore {
  public:
   DroppingStore(std::shared_ptr<cohort::Store> base, std::string dropped)
-      : ForwardingStore(std::move(base)), dropped_(std::move(dropped)) {}
+      : ForwardingStore(std::move(base), "DroppingStore"), dropped_(std::move(dropped)) {}
   void set(std::string_view key, std::string_view value) override {
     if (!key.ends_with(dropped_)) {
       ForwardingStore::set(key, value);

@@ -23,8 +23,8 @@
 /// temporaries from cohort's device pool); on the host they run on the host. Both give the same
 /// permutation bit for bit (Note [Sampler permutation] in distributed_sampler.cpp).
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/memory_resource.hpp>
 

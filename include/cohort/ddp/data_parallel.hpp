@@ -141,9 +141,9 @@
 /// Threads: a DataParallel is used by one thread at a time (the rank's thread).
 
 #include <cohort/comm/communicator.hpp>
-#include <cohort/comm/types.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/bucket_sizing.hpp>
 #include <cohort/ddp/param_registry.hpp>

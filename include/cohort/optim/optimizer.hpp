@@ -23,8 +23,8 @@
 /// stream. An optimizer is used from one thread at a time.
 
 #include <cohort/comm/communicator.hpp>
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -11,8 +11,8 @@
 /// are device pointers on a GPU and host pointers on the host; the memory must stay alive until
 /// the stream has run the work. Matrices are row-major and packed.
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/memory_resource.hpp>
 

@@ -18,7 +18,7 @@
 
 #include <layers/math.hpp>
 
-#include <cohort/comm/types.hpp>
+#include <cohort/core/tensor_view.hpp>
 
 #include <cstddef>
 #include <cstdint>
