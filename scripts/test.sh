@@ -23,6 +23,10 @@
 #   default elsewhere): the asan preset (AddressSanitizer + UndefinedBehaviorSanitizer) and the
 #   tsan preset (ThreadSanitizer): ASan over the unit, multirank, fault, ddp and optim labels,
 #   TSan over its subset, the tests labelled `tsan` (docs/reliability.md, "Sanitizers").
+# - containers, in CI or with COHORT_TEST_CONTAINERS=1 (`only`: the host-only build and this stage
+#   alone): builds the Dockerfile's host flavor with podman on a Debian base it makes with
+#   debootstrap, and runs cohort in it (tests/containers/containers.sh; docs/cloud.md). Installs
+#   podman, runc and debootstrap; skipped, with the reason, where they or root are missing.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
@@ -34,6 +38,12 @@ case $sanitizers in
      exit 2 ;;
 esac
 fuzz=${COHORT_TEST_FUZZ:-$([ "$ci" = true ] && echo 1 || echo 0)}
+containers=${COHORT_TEST_CONTAINERS:-$([ "$ci" = true ] && echo 1 || echo 0)}
+case $containers in
+  0 | 1 | only) ;;
+  *) echo "cohort: COHORT_TEST_CONTAINERS='$containers' is not one of 1, only, 0" >&2
+     exit 2 ;;
+esac
 
 ensure_packages
 ensure_munge_key
@@ -53,6 +63,25 @@ run_tsan() {
   cmake --preset tsan -S "$cohort_root" >/dev/null || return 1
   cmake --build --preset tsan -j "$(nproc)" --target tsan_tests || return 1
   (cd "$cohort_root" && ctest --preset tsan -j "$(nproc)" -E "$(tsan_excluded_tests)")
+}
+# The container image: podman builds the Dockerfile's host flavor (through ccache, from the
+# objects of the host-only build, which it also needs to compare against) and the tests run it.
+# Exit status 77 of the tests is a skip; they print why.
+run_containers() {
+  echo "cohort: building the container image and running cohort in it (tests/containers/containers.sh)"
+  if ! (ensure_packages podman runc debootstrap); then
+    echo "cohort: stage 'containers' skipped: podman, runc and debootstrap cannot be installed here"
+    return 0
+  fi
+  build_preset host-only >/dev/null || return 1
+  local status=0
+  bash "$cohort_root/tests/containers/containers.sh" "$cohort_root" "$cohort_root/build/host-only" ||
+    status=$?
+  if [ $status -eq 77 ]; then
+    echo "cohort: stage 'containers' skipped (the reason is above)"
+    return 0
+  fi
+  return $status
 }
 # PyTorch from PyPI for the torchrun launch test and the TorchStore tests (build/torch-venv, once
 # for every preset); without it those tests skip and say why.
@@ -75,7 +104,11 @@ wait_for_torch() {
   torch_pid=""
   cat "$torch_log"
 }
-if [ $# -eq 0 ]; then
+if [ $# -eq 0 ] && [ "$containers" = only ]; then
+  run_stage "host-only build" build_preset host-only
+  run_stage "containers" run_containers
+  print_stage_times
+elif [ $# -eq 0 ]; then
   start_torch
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
@@ -97,6 +130,9 @@ if [ $# -eq 0 ]; then
   fi
   if [ "$fuzz" = 1 ]; then
     run_stage "fuzz" run_fuzzers "${COHORT_FUZZ_SECONDS:-10}"
+  fi
+  if [ "$containers" = 1 ]; then
+    run_stage "containers" run_containers
   fi
   print_stage_times
 else
