@@ -40,6 +40,7 @@ done
 
 image_dir="$prefix/share/cohort/image"
 mkdir -p "$image_dir"
+: >"$image_dir/runtime-packages"
 {
   echo "cohort $(sed -n 's/^project(cohort VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt), preset $preset"
   echo "built on ${BUILD_BASE:-an unnamed base}: $(. /etc/os-release && echo "$PRETTY_NAME")"
@@ -65,6 +66,26 @@ if command -v ccache >/dev/null 2>&1 && [ -f "$CCACHE_STATSLOG" ]; then
   rm -f "$CCACHE_STATSLOG"
 fi
 
+# ---- Note [Python package in the image] -------------------------------------------------------
+# cohort's Python package, when the tree has one (pyproject.toml at the top or in python/), is
+# installed into PREFIX/python (the image's PYTHONPATH) with pip, for the python3 of this
+# distribution, which the runtime stage then installs (runtime-packages). Without one nothing
+# happens; tests/containers/containers.sh imports the package in the image when the tree has it.
+python_project=""
+for candidate in . python; do
+  [ -f "$candidate/pyproject.toml" ] && { python_project=$candidate; break; }
+done
+if [ -n "$python_project" ]; then
+  echo "container-build: installing the Python package of $python_project/pyproject.toml"
+  apt-get update
+  apt-get install -y --no-install-recommends python3 python3-venv python3-dev
+  python3 -m venv /tmp/cohort-pip
+  /tmp/cohort-pip/bin/pip install --no-cache-dir --target "$prefix/python" "./$python_project"
+  rm -rf /tmp/cohort-pip /var/lib/apt/lists/*
+  echo python3 >>"$image_dir/runtime-packages"
+  echo "Python package: $(ls "$prefix/python" | paste -sd ' ')" | tee -a "$image_dir/versions"
+fi
+
 # ---- the shared libraries the runtime image lacks: everything ldd resolves beyond those a CUDA
 # runtime image (or any Debian or Ubuntu base) provides: glibc, libstdc++, libgcc, the CUDA
 # runtime libraries, NCCL, cuBLAS, cuDNN, and the driver's, which the container runtime mounts.
@@ -86,29 +107,8 @@ while IFS= read -r -d '' file; do
       strip --strip-unneeded "$deps/$name" 2>/dev/null || true
     fi
   done < <(ldd "$file" 2>/dev/null || true)
-done < <(find "$prefix/bin" "$prefix/libexec" -type f -print0)
+done < <(find "$prefix/bin" "$prefix/libexec" "$prefix/python" -type f -print0 2>/dev/null)
 [ "$missing" -eq 0 ] || exit 1
 echo "container-build: $(find "$deps" -type f | wc -l) libraries copied into $deps:" \
      "$(cd "$deps" && ls | paste -sd ' ')"
 
-: >"$image_dir/runtime-packages"
-
-# ---- Note [Python package in the image] -------------------------------------------------------
-# cohort's Python package, when the tree has one (pyproject.toml at the top or in python/), is
-# installed into PREFIX/python (the image's PYTHONPATH) with pip, for the python3 of this
-# distribution, which the runtime stage then installs (runtime-packages). Without one nothing
-# happens; tests/containers/containers.sh imports the package in the image when the tree has it.
-python_project=""
-for candidate in . python; do
-  [ -f "$candidate/pyproject.toml" ] && { python_project=$candidate; break; }
-done
-if [ -n "$python_project" ]; then
-  echo "container-build: installing the Python package of $python_project/pyproject.toml"
-  apt-get update
-  apt-get install -y --no-install-recommends python3 python3-venv python3-dev
-  python3 -m venv /tmp/cohort-pip
-  /tmp/cohort-pip/bin/pip install --no-cache-dir --target "$prefix/python" "./$python_project"
-  rm -rf /tmp/cohort-pip /var/lib/apt/lists/*
-  echo python3 >>"$image_dir/runtime-packages"
-  echo "Python package: $(ls "$prefix/python" | paste -sd ' ')" | tee -a "$image_dir/versions"
-fi

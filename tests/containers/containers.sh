@@ -31,7 +31,8 @@ skip() { echo "skipped: $*"; exit $kSkip; }
 
 [ "$(id -u)" -eq 0 ] || skip "podman here runs as root only (running as uid $(id -u))"
 for tool in podman runc debootstrap; do
-  command -v "$tool" >/dev/null 2>&1 || skip "no '$tool' command (apt-get install podman runc debootstrap)"
+  command -v "$tool" >/dev/null 2>&1 ||
+    skip "no '$tool' command (apt-get install podman runc debootstrap)"
 done
 [ -x "$build_dir/examples/train_mlp/train_mlp" ] ||
   { echo "FAIL: $build_dir has no train_mlp: build the host-only preset first"; exit 1; }
@@ -135,7 +136,8 @@ start=$SECONDS
 if [ ! -f "$base_tar" ]; then
   echo "making the base image: debootstrap --variant=minbase $codename from $mirror"
   rootfs="$state/rootfs-$suffix"
-  if ! debootstrap --variant=minbase "$codename" "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
+  if ! debootstrap --variant=minbase "$codename" "$rootfs" "$mirror" >"$work/debootstrap.log" \
+       2>&1; then
     tail -n 20 "$work/debootstrap.log"
     rm -rf "$rootfs"
     skip "debootstrap of Debian $codename from $mirror failed (no mirror reachable?)"
@@ -157,6 +159,10 @@ if ! podman image exists "$base_image"; then
     { echo "FAIL: podman import of $base_tar"; exit 1; }
 fi
 echo "base image $base_image ready ($(elapsed $start))"
+# Can podman start a container here at all (namespaces, cgroups, the runtime)?
+if ! error=$(podman run --rm --network none "$base_image" true 2>&1); then
+  skip "podman cannot start a container here: $error"
+fi
 
 # ---- the image: the Dockerfile's host flavor ---------------------------------------------------
 # The build uses the host's ccache, at the same source path, with the same settings and locale
@@ -170,10 +176,11 @@ if command -v ccache >/dev/null 2>&1; then
   ccache_dir=$(ccache -k cache_dir)
   mkdir -p "$ccache_dir"
   ccache -p | sed -n 's/^([^)]*) //p' |
-    grep -vE '^(cache_dir|temporary_dir|log_file|stats_log|debug_dir|remote_storage|secondary_storage) ' \
+    grep -vE '^(cache_dir|temporary_dir|log_file|stats_log|debug_dir|remote_storage) ' \
     >"$state/ccache.conf"
   ccache_args+=(-v "$ccache_dir:/cohort-ccache" -v "$state/ccache.conf:/cohort-ccache.conf:ro"
-                --build-arg CCACHE_DIR=/cohort-ccache --build-arg CCACHE_CONFIGPATH=/cohort-ccache.conf)
+                --build-arg CCACHE_DIR=/cohort-ccache
+                --build-arg CCACHE_CONFIGPATH=/cohort-ccache.conf)
 fi
 
 # The host's OpenBLAS settings go into the containers too: OPENBLAS_CORETYPE picks the kernels,
@@ -246,7 +253,7 @@ check "a 1 MiB /dev/shm: the run fails, naming --shm-size and --ipc=host" \
   "$([ $status -ne 0 ] && grep -q -- '--shm-size=1g or --ipc=host' "$work/shm.log"; echo $?)" \
   "exit $status: $(tail -n 5 "$work/shm.log")"
 
-# ---- two containers on two fake hosts, one job ----------------------------------------------------
+# ---- two containers on two fake hosts, one job -------------------------------------------------
 # Over Gloo on both sides (the same ring, so the same order of additions), 2 hosts x 2 ranks end
 # bitwise where 1 host x 4 ranks ends.
 cluster=$(printf 'k%d%04x' "$$" "$RANDOM" | cut -c 1-20)
@@ -264,7 +271,8 @@ else
   check "outside, over Gloo: 1 host x 4 ranks train" $? "$(tail -n 5 "$work/one-host.log")"
   start=$SECONDS
   for host in 0 1; do
-    podman run -d --label "$label" --name "cohort-$suffix-node$host" --hostname "node$host" "${env_args[@]}" \
+    podman run -d --label "$label" --name "cohort-$suffix-node$host" --hostname "node$host" \
+      "${env_args[@]}" \
       --network "ns:/run/netns/cohort-fc-$cluster-h$host" -e COHORT_HOST_TRANSPORT=gloo \
       -e COHORT_TIMEOUT=60s -v "$work/out:/out" "$image" \
       cohortrun --nnodes 2 --node-rank "$host" --nproc-per-node 2 --master-addr 10.99.0.1 \
@@ -279,7 +287,8 @@ else
   check "two containers on two fake hosts train one job ($(elapsed $start))" \
     "$([ "$statuses" = "0 0 " ]; echo $?)" \
     "exit statuses $statuses: $(tail -n 5 "$work/node0.log" "$work/node1.log")"
-  echo "     checksum 1 host x 4 $(checksum "$work/one-host.log"), 2 hosts x 2 $(checksum "$work/node0.log")"
+  echo "     checksum 1 host x 4 $(checksum "$work/one-host.log")," \
+       "2 hosts x 2 $(checksum "$work/node0.log")"
   check "two hosts: every parameter bitwise as on one host" \
     "$(cmp -s "$work/out/one-host.bin" "$work/out/two-hosts.0.bin" && \
        [ "$(checksum "$work/one-host.log")" = "$(checksum "$work/node0.log")" ]; echo $?)" \
@@ -292,7 +301,8 @@ fi
 # The run the spot instance makes (the same command every time it starts): its checkpoints go to
 # the volume mounted at /ckpt, and a start resumes from the latest there.
 spot() {  # spot NAME FOLDER: starts the run in container NAME, detached
-  podman run -d --label "$label" --network none --name "$1" -v "$2:/ckpt" "${env_args[@]}" "$image" \
+  podman run -d --label "$label" --network none --name "$1" -v "$2:/ckpt" "${env_args[@]}" \
+    "$image" \
     cohortrun --nproc-per-node 4 --grace 20 "${train[@]}" --checkpoint-dir /ckpt \
     --checkpoint-every 100 --params-out /ckpt/final.bin >/dev/null
 }
@@ -332,7 +342,8 @@ podman logs "cohort-$suffix-term" >"$work/term.first.log" 2>&1
 saved=$(sed -n 's/.*preempted; saved step \([0-9]*\).*/\1/p' "$work/term.first.log" | head -n 1)
 # cohortrun exits 75 when every rank saved and stopped on the SIGTERM it passed on (143, 128 +
 # SIGTERM, before it told a clean preemption apart).
-check "spot, stopped (podman stop -t 30: SIGTERM, then SIGKILL): saves step ${saved:-?}, exits $status" \
+name="spot, stopped (podman stop -t 30: SIGTERM, then SIGKILL): saves step ${saved:-?}"
+check "$name, exits $status" \
   "$({ [ "$status" = 75 ] || [ "$status" = 143 ]; } && [ -n "$saved" ] &&
      [ "$(published "$folder")" = "$saved" ]; echo $?)" \
   "exit $status, latest $(published "$folder"): $(tail -n 8 "$work/term.first.log")"
