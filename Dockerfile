@@ -23,6 +23,12 @@ ARG BUILD_BASE=docker.io/nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04
 ARG RUNTIME_BASE=docker.io/nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu24.04
 
 FROM ${BUILD_BASE} AS build
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends cmake ninja-build g++ pkg-config ccache file \
+      libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev libbenchmark-dev \
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
+# The arguments of the build come after the packages, so that none of them invalidates that layer.
 ARG BUILD_BASE
 # Extra CMake arguments. Warnings stay warnings here: a newer compiler than CI's must not fail an
 # image build over a new warning (scripts/test.sh turns them back into errors for its build).
@@ -37,16 +43,14 @@ ARG JOBS=""
 ARG COHORT_SOURCE_DIR=/src/cohort
 ARG CCACHE_DIR
 ARG CCACHE_CONFIGPATH
+# pip's settings, for the build dependencies of the Python package (a proxy's CA, a mirror).
+ARG PIP_CERT
+ARG PIP_INDEX_URL
 # The compiles' locale, which ccache hashes too (scripts/test.sh passes its own).
 ARG LANG=C.UTF-8
 ARG LC_ALL
 ARG LC_CTYPE
 ARG LC_MESSAGES
-ENV DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake ninja-build g++ pkg-config ccache file \
-      libgloo-dev libcli11-dev nlohmann-json3-dev libopenblas-dev libbenchmark-dev \
- && apt-get clean && rm -rf /var/lib/apt/lists/*
 WORKDIR ${COHORT_SOURCE_DIR}
 COPY . .
 RUN --mount=type=cache,target=/root/.cache/ccache scripts/container-build.sh /opt/cohort

@@ -34,7 +34,8 @@ read -r -a extra <<<"${COHORT_CMAKE_ARGS:-}"
 cmake_args+=("${extra[@]}")
 # Build arguments that were not given arrive empty: unset them, as ccache tells an empty variable
 # from an unset one (CCACHE_DIR, CCACHE_CONFIGPATH; the locale is part of its hash).
-for variable in CCACHE_DIR CCACHE_CONFIGPATH LANG LC_ALL LC_CTYPE LC_MESSAGES; do
+for variable in CCACHE_DIR CCACHE_CONFIGPATH LANG LC_ALL LC_CTYPE LC_MESSAGES PIP_CERT \
+                PIP_INDEX_URL; do
   [ -n "${!variable:-}" ] || unset "$variable"
 done
 
@@ -80,7 +81,8 @@ if [ -n "$python_project" ]; then
   apt-get update
   apt-get install -y --no-install-recommends python3 python3-venv python3-dev
   python3 -m venv /tmp/cohort-pip
-  /tmp/cohort-pip/bin/pip install --no-cache-dir --target "$prefix/python" "./$python_project"
+  CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
+    /tmp/cohort-pip/bin/pip install --no-cache-dir --target "$prefix/python" "./$python_project"
   rm -rf /tmp/cohort-pip /var/lib/apt/lists/*
   echo python3 >>"$image_dir/runtime-packages"
   echo "Python package: $(ls "$prefix/python" | paste -sd ' ')" | tee -a "$image_dir/versions"

@@ -168,9 +168,9 @@ fi
 # The build uses the host's ccache, at the same source path, with the same settings and locale
 # (ccache hashes LANG and LC_*), so that the objects of the host-only stage (same compiler, same
 # flags) serve it.
-ccache_args=(--build-arg "LANG=${LANG:-}")
+build_args=(--build-arg "LANG=${LANG:-}")
 for variable in LC_ALL LC_CTYPE LC_MESSAGES; do
-  [ -z "${!variable:-}" ] || ccache_args+=(--build-arg "$variable=${!variable}")
+  [ -z "${!variable:-}" ] || build_args+=(--build-arg "$variable=${!variable}")
 done
 if command -v ccache >/dev/null 2>&1; then
   ccache_dir=$(ccache -k cache_dir)
@@ -178,10 +178,17 @@ if command -v ccache >/dev/null 2>&1; then
   ccache -p | sed -n 's/^([^)]*) //p' |
     grep -vE '^(cache_dir|temporary_dir|log_file|stats_log|debug_dir|remote_storage) ' \
     >"$state/ccache.conf"
-  ccache_args+=(-v "$ccache_dir:/cohort-ccache" -v "$state/ccache.conf:/cohort-ccache.conf:ro"
+  build_args+=(-v "$ccache_dir:/cohort-ccache" -v "$state/ccache.conf:/cohort-ccache.conf:ro"
                 --build-arg CCACHE_DIR=/cohort-ccache
                 --build-arg CCACHE_CONFIGPATH=/cohort-ccache.conf)
 fi
+# pip in the build stage (the Python package's build dependencies) trusts what the host's pip
+# trusts: a proxy's certificate authority, where the host's pip names one.
+pip_cert=${PIP_CERT:-$(sed -n 's/^cert *= *//p' /etc/pip.conf 2>/dev/null | head -n 1)}
+if [ -n "$pip_cert" ] && [ -f "$pip_cert" ]; then
+  build_args+=(-v "$pip_cert:/etc/cohort-pip-ca.crt:ro" --build-arg PIP_CERT=/etc/cohort-pip-ca.crt)
+fi
+[ -z "${PIP_INDEX_URL:-}" ] || build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
 
 # The host's OpenBLAS settings go into the containers too: OPENBLAS_CORETYPE picks the kernels,
 # and with other kernels the same run ends on other parameters.
@@ -201,7 +208,7 @@ build() {
     --build-arg BUILD_BASE="$base_image" --build-arg RUNTIME_BASE="$base_image" \
     --build-arg JOBS=2 --build-arg COHORT_SOURCE_DIR="$source_dir" \
     --build-arg COHORT_CMAKE_ARGS=-DCOHORT_WARNINGS_AS_ERRORS=ON \
-    "${ccache_args[@]}" "$@" "$source_dir" >>"$work/build.log" 2>&1
+    "${build_args[@]}" "$@" "$source_dir" >>"$work/build.log" 2>&1
 }
 build --target build -t localhost/cohort-test-build:latest && build -t "$image"
 status=$?
