@@ -25,8 +25,9 @@
 #   TSan over its subset, the tests labelled `tsan` (docs/reliability.md, "Sanitizers").
 # - containers, in CI or with COHORT_TEST_CONTAINERS=1 (`only`: the host-only build and this stage
 #   alone): builds the Dockerfile's host flavor with podman on a Debian base it makes with
-#   debootstrap, and runs cohort in it (tests/containers/containers.sh; docs/cloud.md). Installs
-#   podman, runc and debootstrap; skipped, with the reason, where they or root are missing.
+#   debootstrap (beside the first build), and runs cohort in it (tests/containers/containers.sh;
+#   docs/cloud.md). Installs podman, runc and debootstrap; skipped, with the reason, where they,
+#   root or a container runtime are missing.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
@@ -47,6 +48,11 @@ esac
 
 ensure_packages
 ensure_munge_key
+# The containers stage's packages, only where that stage runs (its tests skip without them).
+containers_installed=0
+if [ "$containers" != 0 ] && (ensure_packages podman runc debootstrap); then
+  containers_installed=1
+fi
 find_cuda
 preset=$(choose_preset ci)
 # (run_stage runs it in a context where set -e does not apply: every step checks itself.)
@@ -72,16 +78,32 @@ build_for_containers() {
   cmake --preset host-only -S "$cohort_root" >/dev/null &&
     cmake --build --preset host-only -j "$(nproc)" --target train_mlp cohortrun
 }
+containers_test="$cohort_root/tests/containers/containers.sh"
+# The Debian base image's tarball (debootstrap: mostly downloading and unpacking, about 30 s to 3
+# minutes here) is made beside the first build, and the stage waits for it.
+base_pid=""
+base_log="$cohort_root/build/containers-base.log"
+start_container_base() {
+  [ "$containers_installed" = 1 ] || return 0
+  mkdir -p "$cohort_root/build"
+  bash "$containers_test" "$cohort_root" "$cohort_root/build/host-only" --base-only \
+    >"$base_log" 2>&1 &
+  base_pid=$!
+}
 run_containers() {
   echo "cohort: building the container image and running cohort in it (tests/containers/containers.sh)"
-  if ! (ensure_packages podman runc debootstrap); then
+  if [ "$containers_installed" != 1 ]; then
     echo "cohort: stage 'containers' skipped: podman, runc and debootstrap cannot be installed here"
     return 0
   fi
+  if [ -n "$base_pid" ]; then
+    wait "$base_pid" || true  # on failure, the tests make it again and say why
+    base_pid=""
+    sed 's/^/cohort: beside the builds: /' "$base_log"
+  fi
   build_for_containers >/dev/null || return 1
   local status=0
-  bash "$cohort_root/tests/containers/containers.sh" "$cohort_root" "$cohort_root/build/host-only" ||
-    status=$?
+  bash "$containers_test" "$cohort_root" "$cohort_root/build/host-only" || status=$?
   if [ $status -eq 77 ]; then
     echo "cohort: stage 'containers' skipped (the reason is above)"
     return 0
@@ -110,11 +132,13 @@ wait_for_torch() {
   cat "$torch_log"
 }
 if [ $# -eq 0 ] && [ "$containers" = only ]; then
+  start_container_base
   run_stage "host-only build" build_for_containers
   run_stage "containers" run_containers
   print_stage_times
 elif [ $# -eq 0 ]; then
   start_torch
+  [ "$containers" = 0 ] || start_container_base
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
     # The CUDA build runs the tests of the code it compiles differently (cuda_stage_labels in

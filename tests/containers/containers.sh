@@ -4,6 +4,7 @@
 # `containers` stage; it exits 77 with the reason where podman, debootstrap or root is missing.
 #
 #   tests/containers/containers.sh SOURCE_DIR BUILD_DIR     # BUILD_DIR: a host-only build
+#   tests/containers/containers.sh SOURCE_DIR BUILD_DIR --base-only   # the base's tarball alone
 #
 # Checks: the image builds (through the host's ccache, at the host's source path); it holds no
 # compiler and no build tree; its default command, cohort-doctor, passes; train_mlp on 4 ranks in
@@ -24,18 +25,22 @@
 set -uo pipefail
 
 source_dir=$(cd "$1" && pwd)
-build_dir=$(cd "$2" && pwd)
+build_dir=$2
+base_only=$([ "${3:-}" = --base-only ] && echo 1 || echo 0)
 source "$source_dir/scripts/lib/common.sh"
 kSkip=77
 skip() { echo "skipped: $*"; exit $kSkip; }
 
 [ "$(id -u)" -eq 0 ] || skip "podman here runs as root only (running as uid $(id -u))"
-for tool in podman runc debootstrap; do
+for tool in $([ $base_only = 1 ] || echo podman runc) debootstrap; do
   command -v "$tool" >/dev/null 2>&1 ||
     skip "no '$tool' command (apt-get install podman runc debootstrap)"
 done
-[ -x "$build_dir/examples/train_mlp/train_mlp" ] ||
-  { echo "FAIL: $build_dir has no train_mlp: build the host-only preset first"; exit 1; }
+if [ $base_only = 0 ]; then
+  build_dir=$(cd "$build_dir" && pwd)
+  [ -x "$build_dir/examples/train_mlp/train_mlp" ] ||
+    { echo "FAIL: $build_dir has no train_mlp: build the host-only preset first"; exit 1; }
+fi
 
 state="$(dirname "$build_dir")/containers"
 mkdir -p "$state"
@@ -43,11 +48,59 @@ state=$(cd "$state" && pwd)
 # One run at a time per build folder: the storage is shared between runs (it is the cache).
 exec 8>"$state/lock"
 if ! flock -n 8; then
-  echo "waiting for another container test of this build folder to finish"
+  echo "waiting for another container test of this build folder (or its base image) to finish"
   flock 8
 fi
+rm -rf "$state"/rootfs-*  # what a killed debootstrap left
 
 suffix=$(printf '%d%04x' "$$" "$RANDOM")
+
+# ---- the base image: Debian minbase by debootstrap, cached as a tarball -------------------------
+codename=bookworm
+if [ -r /etc/os-release ] && grep -q '^ID=debian' /etc/os-release; then
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+fi
+mirror=${COHORT_DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+  mirror=$(grep -rhsE '^(URIs:|deb ) *https?://[^ ]*/debian/?( |$)' /etc/apt/sources.list \
+             /etc/apt/sources.list.d/ | grep -oE 'https?://[^ ]*/debian/?' | head -n 1 || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+fi
+mirror=${mirror%/}
+base_image="localhost/cohort-test-base:$codename"
+base_tar="$state/debian-$codename-minbase.tar"
+make_base_tarball() {
+  [ ! -f "$base_tar" ] || return 0
+  echo "making the base image: debootstrap --variant=minbase $codename from $mirror"
+  local rootfs="$state/rootfs-$suffix"
+  if ! debootstrap --variant=minbase "$codename" "$rootfs" "$mirror" >"$state/debootstrap.log" \
+       2>&1; then
+    tail -n 20 "$state/debootstrap.log"
+    rm -rf "$rootfs"
+    skip "debootstrap of Debian $codename from $mirror failed (no mirror reachable?)"
+  fi
+  # The suite's updates and security fixes too, as Debian's own images have them: the build then
+  # gets the compiler and headers the host has, and ccache serves the host's objects.
+  cat >"$rootfs/etc/apt/sources.list" <<EOF
+deb $mirror $codename main
+deb $mirror $codename-updates main
+deb ${mirror%/debian}/debian-security $codename-security main
+EOF
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin \
+    "$rootfs"/var/lib/apt/lists/*
+  if ! tar -C "$rootfs" -cf "$base_tar.part" . || ! mv "$base_tar.part" "$base_tar"; then
+    rm -rf "$rootfs" "$base_tar.part"
+    echo "FAIL: cannot write $base_tar"
+    exit 1
+  fi
+  rm -rf "$rootfs"
+}
+if [ $base_only = 1 ]; then
+  make_base_tarball
+  echo "the base image's tarball is ready: $base_tar ($SECONDS s)"
+  exit 0
+fi
+
 work="$state/work-$suffix"
 mkdir -p "$work/out"
 failures=0
@@ -118,42 +171,9 @@ elapsed() { echo "$((SECONDS - $1)) s"; }
 # Leftovers of a run that was killed (its trap never ran): its containers.
 podman rm -f -a -t 0 >/dev/null 2>&1 || true
 
-# ---- the base image: Debian minbase by debootstrap, cached as a tarball -------------------------
-codename=bookworm
-if [ -r /etc/os-release ] && grep -q '^ID=debian' /etc/os-release; then
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-fi
-mirror=${COHORT_DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$(grep -rhsE '^(URIs:|deb ) *https?://[^ ]*/debian/?( |$)' /etc/apt/sources.list \
-             /etc/apt/sources.list.d/ | grep -oE 'https?://[^ ]*/debian/?' | head -n 1 || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
-fi
-mirror=${mirror%/}
-base_image="localhost/cohort-test-base:$codename"
-base_tar="$state/debian-$codename-minbase.tar"
+# ---- the base image ------------------------------------------------------------------------------
 start=$SECONDS
-if [ ! -f "$base_tar" ]; then
-  echo "making the base image: debootstrap --variant=minbase $codename from $mirror"
-  rootfs="$state/rootfs-$suffix"
-  if ! debootstrap --variant=minbase "$codename" "$rootfs" "$mirror" >"$work/debootstrap.log" \
-       2>&1; then
-    tail -n 20 "$work/debootstrap.log"
-    rm -rf "$rootfs"
-    skip "debootstrap of Debian $codename from $mirror failed (no mirror reachable?)"
-  fi
-  # The suite's updates and security fixes too, as Debian's own images have them: the build then
-  # gets the compiler and headers the host has, and ccache serves the host's objects.
-  cat >"$rootfs/etc/apt/sources.list" <<EOF
-deb $mirror $codename main
-deb $mirror $codename-updates main
-deb ${mirror%/debian}/debian-security $codename-security main
-EOF
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin \
-    "$rootfs"/var/lib/apt/lists/*
-  tar -C "$rootfs" -cf "$base_tar.part" . && mv "$base_tar.part" "$base_tar"
-  rm -rf "$rootfs"
-fi
+make_base_tarball
 if ! podman image exists "$base_image"; then
   podman import --quiet "$base_tar" "$base_image" >/dev/null ||
     { echo "FAIL: podman import of $base_tar"; exit 1; }
