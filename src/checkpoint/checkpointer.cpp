@@ -126,8 +126,8 @@ bool Checkpointer::save_in_flight() const noexcept {
   return impl_->writing.load(std::memory_order_acquire);
 }
 
-bool Checkpointer::gathers_replicated() const noexcept {
-  return impl_->gathers_replicated();
+const std::optional<LoadReport>& Checkpointer::last_load() const noexcept {
+  return impl_->last_load;
 }
 
 void Checkpointer::wait() {
@@ -146,6 +146,7 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
   Impl& impl = *impl_;
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
+  impl.saved_or_loaded = true;  // a load from now on is a live one (Note [Start-up load])
   impl.take_snapshot(state, *impl.host_copy);
   impl.host_copy->copied->synchronize();
   impl.write_and_publish(
@@ -157,6 +158,7 @@ void Checkpointer::save_async(const TrainingState& state) {
   Impl& impl = *impl_;
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
+  impl.saved_or_loaded = true;
   impl.take_snapshot(state, *impl.host_copy);
   detail::Snapshot& snapshot = *impl.host_copy;
   // The optimizer's next step waits for the copy and, on the host, has the writer hand over what
