@@ -153,7 +153,7 @@ struct Checkpointer::Impl {
   /// [Checkpoint optimizer state]); `doing` names the call.
   void check_no_optimizer_left_out(const std::string& doing) const;
 
-  /// The store keys of this directory's saves and loads.
+  /// The store keys of this Checkpointer's saves and loads (Note [Checkpointer keys]).
   std::string key_prefix() const;
 
   // checkpointer.cpp
@@ -212,6 +212,7 @@ struct Checkpointer::Impl {
   CheckpointOptions options;
   std::vector<detail::CheckpointArray> arrays;
   std::unique_ptr<Store> store;                 ///< this rank's own connection (the writer uses it)
+  std::string keys;  ///< key_prefix(): the directory's and this Checkpointer's (its n-th)
   std::unique_ptr<detail::Snapshot> host_copy;  ///< the one staging area, reused
   std::thread writer;
   std::atomic<bool> writing{false};  ///< the writer has not finished yet

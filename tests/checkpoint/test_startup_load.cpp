@@ -8,14 +8,17 @@
 
 #include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/checkpoint/manifest.hpp>
+#include <cohort/launch/store.hpp>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -379,6 +382,56 @@ TEST(StartupLoadRule, TheReplicatedReadIsChosenAndSaysWhy) {
   EXPECT_TRUE(contains(outcomes[0].report->replicated.why, "one rank"));
   EXPECT_GT(outcomes[0].report->staged_bytes, 0U);  // the parameters (the arena's used part)
   EXPECT_EQ(outcomes[0].report->direct_bytes, 2 * outcomes[0].report->staged_bytes);
+}
+
+// Note [Checkpointer keys]: a second Checkpointer of the same directory in the same world reads
+// only its own reports. The first one's load fails on rank 1 (a damaged piece rank 1 reads) and
+// leaves rank 1's failure in the store; the file is mended and a second Checkpointer loads, with
+// rank 1 late on purpose: rank 0 must wait for rank 1's new report, not take the old failure.
+TEST(CheckpointerKeys, ASecondCheckpointerOfTheDirectoryDoesNotReadTheFirstOnesReports) {
+  const Case c{"keys", OptimizerKind::adamw, DType::f32, 2, 2, "params", 1};
+  TemporaryFolder folder;
+  const std::vector<StateBytes> saved = save_two(folder.path(), c);
+  const fs::path latest = folder.path() / "step-000000000004";
+  damage(latest, c.damaged, c.file_rank);
+  const cohort::ParamRegistry registry = cohort_test::test_registry(c.dtype);
+  std::vector<std::string> first_errors(2), second_errors(2);
+  std::vector<std::int64_t> steps(2, -1);
+  // Ranks that read different reports wait on different collectives: fail in seconds, not hang.
+  cohort::WorldOptions options = cohort_test::host_world();
+  options.timeout = std::chrono::seconds(20);
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        const auto rank = static_cast<std::size_t>(world.rank());
+        TestRun run(world, registry, c.kind);
+        {
+          auto first = cohort_test::checkpointer_of(run, {.directory = folder.path()});
+          try {
+            first->load();
+          } catch (const CheckpointError& error) {
+            first_errors[rank] = error.what();
+          }
+        }
+        cohort::store_barrier(world.store(), "test/keys/failed", 2, world.timeout());
+        if (rank == 0) damage(latest, c.damaged, c.file_rank);  // the same bit again: mended
+        cohort::store_barrier(world.store(), "test/keys/mended", 2, world.timeout());
+        auto second = cohort_test::checkpointer_of(run, {.directory = folder.path()});
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        try {
+          if (auto state = second->load()) steps[rank] = state->step;
+        } catch (const CheckpointError& error) {
+          second_errors[rank] = error.what();
+        }
+      },
+      options);
+  // The precondition: rank 1 is the rank whose report failed the first load.
+  ASSERT_TRUE(contains(first_errors[0], "rank 1: ")) << first_errors[0];
+  ASSERT_TRUE(contains(first_errors[1], "fail their checksum")) << first_errors[1];
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(second_errors[rank], "") << "rank " << rank;
+    EXPECT_EQ(steps[rank], 4) << "rank " << rank;
+  }
 }
 
 }  // namespace
