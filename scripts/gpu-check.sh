@@ -178,6 +178,29 @@ done
 [ -z "$mismatch" ] || die "refusing to run with another major version: ${mismatch}put the matching library first on LD_LIBRARY_PATH (now: ${LD_LIBRARY_PATH:-empty})"
 context="$card, driver $driver, CUDA $(json versions "cuda runtime" loaded), NCCL $(json versions nccl loaded), cohort ${commit:-unknown}"
 echo "- Every number below: $context" >>"$report"
+# The doctor's GPU health comes through NVML and sysfs (links, PCIe width and generation, ECC,
+# remapped rows, clocks, persistence, MIG, RDMA ports): on a real driver NVML must see every GPU
+# nvidia-smi lists, and the doctor's collectives must be right on NCCL.
+nvml_seen=$(python3 - "$out_dir/doctor.json" <<'PY' 2>/dev/null
+import json, sys
+health = json.load(open(sys.argv[1])).get("gpu_health") or {}
+if health.get("nvml_loaded"):
+    gpus = health.get("gpus", [])
+    print("%d GPU(s), driver %s; PCIe %s; link matrix %s" % (
+        len(gpus), health.get("driver_version"),
+        ", ".join("GPU%d Gen%s x%s of Gen%s x%s" % (g["index"], g["pcie"]["generation"],
+                  g["pcie"]["width"], g["pcie"]["max_generation"], g["pcie"]["max_width"])
+                  for g in gpus if g.get("pcie")),
+        health.get("link_matrix")))
+PY
+)
+if [ -n "$nvml_seen" ] && [ "${nvml_seen%% *}" = "$(wc -l <<<"$gpu_table")" ]; then
+  result "cohort-doctor GPU health through NVML" PASS "$nvml_seen"
+else
+  result "cohort-doctor GPU health through NVML" FAIL "NVML saw: ${nvml_seen:-nothing} (nvidia-smi: $(wc -l <<<"$gpu_table") GPU(s))"
+fi
+step "cohort-doctor --collective (NCCL, every collective checked)" 60 optional \
+  "$out_dir/doctor-collective.log" "$bin/cohort-doctor" --collective --bytes 64M
 
 # ---- 2. the GPU tests -------------------------------------------------------------------------
 section "2. GPU tests"

@@ -4,8 +4,11 @@
 #include "hierarchical_communicator.hpp"
 #include "shm_communicator.hpp"
 
+#include <cohort/comm/transport.hpp>
+
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace cohort::detail {
 
@@ -32,18 +35,15 @@ std::unique_ptr<Communicator> make_host_communicator(std::shared_ptr<CommContext
   for (const int node : context->member_nodes) {
     ++members_per_node[node];
   }
-  if (context->host_transport != HostTransport::gloo) {
-    if (members_per_node.size() <= 1) {
+  std::vector<int> members;
+  for (const auto& [node, count] : members_per_node) members.push_back(count);
+  switch (host_backend_for(context->host_transport, members)) {
+    case Backend::shm:
       return std::make_unique<ShmCommunicator>(std::move(context));
-    }
-    const int first = members_per_node.begin()->second;
-    bool even = first > 1;
-    for (const auto& [node, members] : members_per_node) {
-      even = even && members == first;
-    }
-    if (even) {
+    case Backend::hierarchical:
       return std::make_unique<HierarchicalCommunicator>(std::move(context));
-    }
+    default:
+      break;
   }
   auto device = shared_gloo_device(*context);
   return std::make_unique<GlooCommunicator>(std::move(context), std::move(device));

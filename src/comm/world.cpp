@@ -8,6 +8,7 @@
 #include "nccl_communicator.hpp"
 #endif
 
+#include <cohort/comm/transport.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
@@ -106,40 +107,7 @@ bool debug_from(const WorldOptions& options) {
 }
 
 HostTransport host_transport_from(const WorldOptions& options) {
-  if (options.host_transport) {
-    return *options.host_transport;
-  }
-  const std::optional<std::string> text = env::text(env::kHostTransport);
-  if (!text) {
-    return HostTransport::automatic;
-  }
-  const std::string_view value(*text);
-  if (value == "shm") {
-    return HostTransport::shm;
-  }
-  if (value == "gloo") {
-    return HostTransport::gloo;
-  }
-  if (value == "auto" || value == "automatic") {
-    return HostTransport::automatic;
-  }
-  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
-                                   "' is not a host transport; use shm (shared memory within a "
-                                   "host), gloo (TCP everywhere) or auto");
-}
-
-Backend choose_backend(BackendChoice choice) {
-  switch (choice) {
-    case BackendChoice::gloo:
-      return Backend::gloo;
-    case BackendChoice::nccl:
-      COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
-                     "the NCCL backend was asked for, but " + cuda_unavailable_reason());
-      return Backend::nccl;
-    case BackendChoice::automatic:
-      break;
-  }
-  return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
+  return cohort::host_transport_from(options.host_transport, process_environment());
 }
 
 /// This rank's place among the nodes: the launcher's word where it gave it, host names (or

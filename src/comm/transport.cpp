@@ -1,0 +1,93 @@
+#include <cohort/comm/transport.hpp>
+
+#include <cohort/core/device.hpp>
+#include <cohort/core/error.hpp>
+
+#include <algorithm>
+
+namespace cohort {
+
+HostTransport parse_host_transport(std::string_view value) {
+  if (value == "shm") return HostTransport::shm;
+  if (value == "gloo") return HostTransport::gloo;
+  if (value == "auto" || value == "automatic") return HostTransport::automatic;
+  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
+                                   "' is not a host transport; use shm (shared memory within a "
+                                   "host), gloo (TCP everywhere) or auto");
+}
+
+HostTransport host_transport_from(const std::optional<HostTransport>& asked, const EnvLookup& env) {
+  if (asked) return *asked;
+  const std::optional<std::string> text = env::text(env, env::kHostTransport);
+  return text ? parse_host_transport(*text) : HostTransport::automatic;
+}
+
+Backend choose_backend(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::gloo:
+      return Backend::gloo;
+    case BackendChoice::nccl:
+      COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
+                     "the NCCL backend was asked for, but " + cuda_unavailable_reason());
+      return Backend::nccl;
+    case BackendChoice::automatic:
+      break;
+  }
+  return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
+}
+
+Backend host_backend_for(HostTransport transport, std::span<const int> members_per_node) {
+  if (transport == HostTransport::gloo) return Backend::gloo;
+  std::size_t nodes = 0;
+  for (const int members : members_per_node) nodes += members > 0 ? 1 : 0;
+  if (nodes <= 1) return Backend::shm;
+  int first = 0;
+  bool even = true;
+  for (const int members : members_per_node) {
+    if (members <= 0) continue;
+    if (first == 0) first = members;
+    even = even && members == first;
+  }
+  return even && first > 1 ? Backend::hierarchical : Backend::gloo;
+}
+
+TransportChoice plan_transport(Backend family, const std::optional<HostTransport>& asked,
+                               const EnvLookup& env, std::span<const int> members_per_node) {
+  TransportChoice plan;
+  plan.host_transport = host_transport_from(asked, env);
+  plan.backend = family == Backend::nccl ? Backend::nccl : Backend::gloo;
+  int ranks = 0, nodes = 0;
+  for (const int members : members_per_node) {
+    ranks += std::max(0, members);
+    nodes += members > 0 ? 1 : 0;
+  }
+  const std::string on = std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " on " +
+                         std::to_string(nodes) + (nodes == 1 ? " host" : " hosts");
+  if (plan.backend == Backend::nccl) {
+    plan.description = "nccl: NCCL on the GPUs (" + on + ")";
+    return plan;
+  }
+  plan.backend = host_backend_for(plan.host_transport, members_per_node);
+  const std::string forced = plan.host_transport == HostTransport::automatic
+                                 ? std::string()
+                                 : " (host transport " +
+                                       std::string(to_string(plan.host_transport)) + " asked for)";
+  switch (plan.backend) {
+    case Backend::shm:
+      plan.description = "shm: shared memory among the ranks of one host (" + on + ")" + forced;
+      break;
+    case Backend::hierarchical:
+      plan.description = "hierarchical: shared memory within each host, Gloo over TCP between "
+                         "hosts (" + on + ")" + forced;
+      break;
+    default:
+      plan.description = "gloo: Gloo over TCP between every pair of ranks (" + on + ")" +
+                         (plan.host_transport == HostTransport::gloo
+                              ? std::string(" (COHORT_HOST_TRANSPORT=gloo or asked for)")
+                              : std::string(": uneven ranks per host"));
+      break;
+  }
+  return plan;
+}
+
+}  // namespace cohort
