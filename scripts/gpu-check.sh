@@ -270,7 +270,7 @@ fi
 if step "memory_bench" 60 optional "$out_dir/memory_bench.log" "$bin/memory_bench" --benchmark_filter='Managed|DeviceMalloc|Ceiling|Stream' "${gbench[@]}"; then
   quote "$out_dir/memory_bench.log" 20
 fi
-if step "allreduce_bench, 2 ranks" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" -b 1K -e 64M -f 8 -n 10 -w 3; then
+if step "allreduce_bench, 2 ranks, every collective" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" --collective all -b 1K -e 64M -f 8 -n 10 -w 3 --json "$out_dir/allreduce_bench.json"; then
   quote "$out_dir/allreduce_bench.log" 20
 fi
 # The checkpoint stall where it matters: the copy is a DMA into pinned memory, the step's compute
