@@ -978,7 +978,8 @@ int run(cohort::World& world, const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   for (int i = 0; i < argc; ++i) options.command_line.emplace_back(argv[i]);
-  CLI::App app{"Collective bus bandwidth through cohort, in nccl-tests' table, against the raw "
+  CLI::App app{"allreduce_bench: collective bus bandwidth through cohort, in nccl-tests' table, "
+               "against the raw "
                "backend. Exit status: 0; 1 when a value was wrong; 2 for a usage error; 3 when "
                "the average bus bandwidth is below --min-busbw (or 90% of NCCL_TESTS_MIN_BW).",
                "allreduce_bench"};

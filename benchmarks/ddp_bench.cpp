@@ -6,8 +6,11 @@
 // (algbw x 2(n-1)/n, as nccl-tests reports for all-reduce). "paired" is the median of the
 // per-repetition ratios, which is steadier than the ratio of medians on a loaded machine.
 //
-//     ddp_bench [repetitions]
+//     ddp_bench [--repetitions N]
 #include "common/bench_common.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,7 +131,15 @@ Result measure(std::size_t bytes, std::size_t tensors, int repetitions) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 11;
+  int repetitions = 11;
+  CLI::App app{"ddp_bench: DataParallel::sync_grads against the raw all-reduces of the same "
+               "buckets, 4 host ranks (threads), models of 4 and 32 MiB; medians of the "
+               "repetitions after 3 warm-ups, and their paired ratio",
+               "ddp_bench"};
+  cohort::cli::conventions(app);
+  app.add_option("-n,--repetitions", repetitions, "timed repetitions of each of the two")
+      ->check(cohort::cli::whole(1, 1e6));
+  if (const std::optional<int> status = cohort::cli::parse(app, argc, argv)) return *status;
   std::printf("# ddp_bench: sync_grads vs raw bucket all-reduces, %d host ranks (threads, Gloo)\n",
               kRanks);
   std::printf("# machine: %s; median of %d after 3 warm-ups\n",

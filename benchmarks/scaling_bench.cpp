@@ -186,9 +186,12 @@ int run(cohort::World& world, const Setup& setup) {
 
 int main(int argc, char** argv) {
   Options options;
-  CLI::App app{"weak scaling of data-parallel training through cohort, explained"};
+  CLI::App app{"scaling_bench: weak scaling of data-parallel training through cohort at 1, 2, "
+               "4, ... ranks, and where each lost percent goes",
+               "scaling_bench"};
+  cli::conventions(app);
   app.add_option("--workload", options.workload, "mlp, resnet50, bert-large, gpt2-124m")
-      ->check(CLI::IsMember({"mlp", "resnet50", "bert-large", "gpt2-124m"}));
+      ->check(cli::one_of({"mlp", "resnet50", "bert-large", "gpt2-124m"}));
   app.add_option("--ranks", options.ranks,
                  "host ranks as threads (when not started by a launcher); default every GPU, or 4 "
                  "host ranks without one")
@@ -199,7 +202,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", options.warmup, "untimed steps per rank count (default 3 on GPUs, 1 on host ranks)")
       ->check(cli::whole(0, 1e6));
   app.add_option("--compute", options.compute, "auto (real on GPUs, simulated on host ranks), real, simulated")
-      ->check(CLI::IsMember({"auto", "real", "simulated"}));
+      ->check(cli::one_of({"auto", "real", "simulated"}));
   app.add_option("--sim-tflops", options.sim_tflops,
                  "the rate simulated compute models (default: the rate at which a step computes for "
                  "--target-step-ms)")
@@ -235,9 +238,25 @@ int main(int argc, char** argv) {
       ->check(cli::whole(1, 1024));
   app.add_option("--json", options.json, "write the report to this file")
       ->check(cli::writable_file());
-  app.add_option("--plot", options.plot, "draw efficiency and throughput against ranks (PNG)")
-      ->check(cli::writable_file());
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--plot", options.plot,
+                 "draw efficiency and throughput against ranks (.png, .pdf or .svg)")
+      ->check(cli::writable_file_ending({".png", ".pdf", ".svg"}));
+  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
+  // Flags that would do nothing are refused, so that a run never silently ignores one.
+  if (const auto refused = cli::refuse_unless(app, options.workload == "mlp", {"--hidden", "--layers"},
+                                              "applies only to --workload mlp")) {
+    return *refused;
+  }
+  if (const auto refused = cli::refuse_unless(app, options.compute != "real",
+                                              {"--sim-tflops", "--target-step-ms"},
+                                              "sets simulated compute, but --compute real runs "
+                                              "real compute")) {
+    return *refused;
+  }
+  if (app.count("--sim-tflops") > 0 && app.count("--target-step-ms") > 0) {
+    return cli::usage_error(app, "--sim-tflops and --target-step-ms both set the simulated rate: "
+                                 "give one");
+  }
 
   try {
     Setup setup;

@@ -5,6 +5,8 @@
 #include <cohort/launch/memory_store.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
+#include "common/benchmark_main.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -63,4 +65,9 @@ BENCHMARK(BM_Add)->DenseRange(0, 2)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return cohort::bench::benchmark_main(
+      argc, argv, "store_bench",
+      "store_bench: the round-trip cost of the rendezvous stores (memory, file, TCP), what a barrier or a unique-id exchange pays per call.",
+      "  store_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true\n");
+}

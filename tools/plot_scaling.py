@@ -8,13 +8,15 @@ scaling_bench --plot runs this same script (embedded at build time). Needs matpl
 import json
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def main(json_path, png_path):
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("plot_scaling.py: needs matplotlib (Debian: apt-get install python3-matplotlib; "
+                 "or pip install matplotlib)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     with open(json_path) as handle:
         report = json.load(handle)
     rows = report["rows"]
@@ -57,7 +59,28 @@ def main(json_path, png_path):
     figure.savefig(png_path, dpi=100)
 
 
+FORMATS = (".png", ".pdf", ".svg")
+
+
+def parse_arguments(argv):
+    import argparse
+    import os
+    parser = argparse.ArgumentParser(
+        prog="plot_scaling.py",
+        description="plot_scaling.py: draws a scaling_bench --json report (efficiency and "
+                    "throughput against ranks; projections as a band, apart from the measured "
+                    "points). scaling_bench --plot runs this same script.")
+    parser.add_argument("report", help="the JSON report scaling_bench --json wrote")
+    parser.add_argument("output", help="the picture to write: .png, .pdf or .svg")
+    args = parser.parse_args(argv)
+    if os.path.splitext(args.output)[1] not in FORMATS:
+        parser.error("%s: the picture's name must end in .png, .pdf or .svg (its format follows "
+                     "from it)" % args.output)
+    if not os.path.isfile(args.report):
+        parser.error("%s: no such report (write one with scaling_bench --json)" % args.report)
+    return args
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_scaling.py REPORT.json OUT.png")
-    main(sys.argv[1], sys.argv[2])
+    arguments = parse_arguments(sys.argv[1:])
+    main(arguments.report, arguments.output)

@@ -28,6 +28,7 @@
 #include <initializer_list>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -223,10 +224,36 @@ inline void write_file(std::string_view flag, const std::string& path, std::stri
 
 // ---- Parsing --------------------------------------------------------------------------------
 
+/// CLI11's help, with each option's default at the end of its description ("[default: 20]")
+/// rather than glued to the type ("INT=20").
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* option) const override {
+    if (!option->get_option_text().empty()) return " " + option->get_option_text();
+    std::string text;
+    if (option->get_type_size() != 0 && !option->get_type_name().empty()) {
+      text += " " + get_label(option->get_type_name());
+    }
+    if (option->get_required()) text += " " + get_label("REQUIRED");
+    for (const CLI::Option* other : option->get_excludes()) {
+      text += " (not with " + other->get_name() + ")";
+    }
+    return text;
+  }
+  std::string make_option_desc(const CLI::Option* option) const override {
+    std::string text = option->get_description();
+    if (option->get_type_size() != 0 && !option->get_default_str().empty()) {
+      text += " [default: " + option->get_default_str() + "]";
+    }
+    return text;
+  }
+};
+
 /// Every program's settings: `--help` shows each option's default and the type of its value.
 /// Call before adding options.
 inline void conventions(CLI::App& app) {
   app.option_defaults()->always_capture_default();
+  app.formatter(std::make_shared<Formatter>());
   app.get_formatter()->column_width(34);
 }
 
