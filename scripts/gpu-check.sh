@@ -283,12 +283,21 @@ fi
 # No --ranks: that option asks for host ranks as threads; without it scaling_bench takes every
 # GPU, here the one.
 if step "scaling_bench mlp, real compute, 1 GPU" 90 optional "$out_dir/scaling_bench.log" \
-     "$bin/scaling_bench" --workload mlp --compute real --steps 20 --warmup 5; then
+     "$bin/scaling_bench" --workload mlp --compute real --steps 20 --warmup 5 \
+     --json "$out_dir/scaling_mlp.json"; then
   quote "$out_dir/scaling_bench.log" 15
 fi
 if step "scaling_bench resnet50, real cuDNN convolutions, 1 GPU" 90 optional "$out_dir/scaling_bench_resnet50.log" \
-     "$bin/scaling_bench" --workload resnet50 --compute real --steps 10 --warmup 3; then
+     "$bin/scaling_bench" --workload resnet50 --compute real --steps 10 --warmup 3 \
+     --json "$out_dir/scaling_resnet50.json"; then
   quote "$out_dir/scaling_bench_resnet50.log" 12
+fi
+# --precision on real compute: GPT-2's GEMMs in BF16 on tensor cores, bf16 gradients with fp32
+# master weights, the throughput in tokens/s.
+if step "scaling_bench gpt2-124m bf16, 1 GPU" 90 optional "$out_dir/scaling_bench_gpt2_bf16.log" \
+     "$bin/scaling_bench" --workload gpt2-124m --compute real --precision bf16 --steps 10 \
+     --warmup 3 --json "$out_dir/scaling_gpt2_bf16.json"; then
+  quote "$out_dir/scaling_bench_gpt2_bf16.log" 12
 fi
 
 # ---- 6. the same MLP step in PyTorch ----------------------------------------------------------

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <string>
 
 namespace scaling {
 namespace {
@@ -73,14 +75,19 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   for (int rep = 0; rep < reps; ++rep) {
     for (Timed& t : timed) t.ms.push_back(time_run(*t.comm, stream, t.view));
   }
-  std::vector<float> medians;
-  for (const Timed& t : timed) medians.push_back(static_cast<float>(cohort::bench::median(t.ms)));
-  // The slowest rank's median of each size.
-  world.comm()
-      .all_reduce(cohort::TensorView::of(medians.data(), medians.size(), cohort::Device::host()),
-                  cohort::ReduceOp::max, stream)
-      .wait();
-  stream.synchronize();
+  // The slowest rank's median of each size, through the store: host values, which an NCCL
+  // communicator could not reduce.
+  std::string mine;
+  for (const Timed& t : timed) mine += std::to_string(cohort::bench::median(t.ms)) + " ";
+  std::vector<double> medians(timed.size(), 0.0);
+  for (const std::string& text : world.group().all_gather("scaling/probe", mine)) {
+    std::istringstream in(text);
+    for (double& slowest : medians) {
+      double value = 0.0;
+      in >> value;
+      slowest = std::max(slowest, value);
+    }
+  }
   probe.ms.assign(medians.begin(), medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
   probe.cross_ms.assign(medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()), medians.end());
   // Least squares of ms = alpha + bytes x ms_per_byte.
