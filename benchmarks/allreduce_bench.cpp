@@ -184,23 +184,8 @@ double expected(cohort::ReduceOp op, int ranks, std::size_t i) {
   return 0.0;
 }
 
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
-
+using cohort::from_double;
+using cohort::to_double;
 
 /// Rank `rank`'s contribution to element `i` of a collective's input, as `T`.
 std::vector<std::byte> pattern_at(cohort::DType dtype, int rank, std::size_t first,
@@ -1091,7 +1076,7 @@ int main(int argc, char** argv) {
       check_memory(options, max_bytes, options.ranks, true);
       std::fprintf(stderr, "allreduce_bench: starting %d host ranks as threads of this process\n",
                    options.ranks);
-      world_options.backend = cohort::BackendChoice::gloo;
+      world_options.backend = cohort::BackendChoice::host;
       cohort::run_local(options.ranks, [&](cohort::World& world) {
         const int rank_status = run(world, options);
         if (world.rank() == 0) status = rank_status;

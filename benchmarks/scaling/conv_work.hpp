@@ -1,7 +1,7 @@
 #pragma once
 
 // scaling_bench's real convolutions: a workload's convolution layers run at the model's shapes
-// (cuDNN on a GPU, the host convolutions of examples/layers on host ranks), their filters read
+// (cuDNN on a GPU, the host convolutions of workloads/ on host ranks), their filters read
 // from and their filter gradients written into DataParallel's arenas, so that the step's compute
 // and its gradient traffic are the model's own. Activations are scratch tensors of the largest
 // layer's size, reused by every layer: the benchmark times the work, not the values.

@@ -1,9 +1,12 @@
 #include <cohort/comm/transport.hpp>
 
+#include "comm/host/select.hpp"
+
 #include <cohort/core/device.hpp>
 #include <cohort/core/error.hpp>
 
 #include <algorithm>
+#include <vector>
 
 namespace cohort {
 
@@ -22,40 +25,34 @@ HostTransport host_transport_from(const std::optional<HostTransport>& asked, con
   return text ? parse_host_transport(*text) : HostTransport::automatic;
 }
 
-Backend choose_backend(BackendChoice choice) {
+BackendChoice resolve_backend(BackendChoice choice) {
   switch (choice) {
-    case BackendChoice::gloo:
-      return Backend::gloo;
     case BackendChoice::nccl:
       COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
                      "the NCCL backend was asked for, but " + cuda_unavailable_reason());
-      return Backend::nccl;
+      return BackendChoice::nccl;
+    case BackendChoice::host:
+      return BackendChoice::host;
     case BackendChoice::automatic:
       break;
   }
-  return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
+  return built_with_cuda() && cuda_device_count() > 0 ? BackendChoice::nccl : BackendChoice::host;
 }
 
 Backend host_backend_for(HostTransport transport, std::span<const int> members_per_node) {
-  if (transport == HostTransport::gloo) return Backend::gloo;
-  std::size_t nodes = 0;
-  for (const int members : members_per_node) nodes += members > 0 ? 1 : 0;
-  if (nodes <= 1) return Backend::shm;
-  int first = 0;
-  bool even = true;
-  for (const int members : members_per_node) {
-    if (members <= 0) continue;
-    if (first == 0) first = members;
-    even = even && members == first;
+  // The node of each member, as the world and its splits hand it to the host rule.
+  std::vector<int> member_nodes;
+  for (std::size_t node = 0; node < members_per_node.size(); ++node) {
+    for (int m = 0; m < members_per_node[node]; ++m) member_nodes.push_back(static_cast<int>(node));
   }
-  return even && first > 1 ? Backend::hierarchical : Backend::gloo;
+  return detail::select_host_backend(transport, member_nodes);
 }
 
-TransportChoice plan_transport(Backend family, const std::optional<HostTransport>& asked,
+TransportChoice plan_transport(BackendChoice family, const std::optional<HostTransport>& asked,
                                const EnvLookup& env, std::span<const int> members_per_node) {
   TransportChoice plan;
   plan.host_transport = host_transport_from(asked, env);
-  plan.backend = family == Backend::nccl ? Backend::nccl : Backend::gloo;
+  plan.backend = family == BackendChoice::nccl ? Backend::nccl : Backend::gloo;
   int ranks = 0, nodes = 0;
   for (const int members : members_per_node) {
     ranks += std::max(0, members);

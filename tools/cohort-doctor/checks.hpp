@@ -228,7 +228,7 @@ bool is_secret(std::string_view name);
 std::string shown_value(std::string_view name, std::string_view value);
 
 /// What the library will run for this launch: the backend and host communicator
-/// (`plan_transport`) and the store (`plan_store`); `nccl` is `choose_backend`'s answer for a
+/// (`plan_transport`) and the store (`plan_store`); `nccl` is `resolve_backend`'s answer for a
 /// program that lets it choose (the probe asks it).
 struct TransportCheck {
   Finding backend;  ///< "transport": the communicator that will carry collectives

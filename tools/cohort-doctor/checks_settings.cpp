@@ -183,7 +183,8 @@ TransportCheck check_transport(const EnvMap& environment, bool nccl) {
   if (info.num_nodes <= 1) members = {std::max(1, std::min(info.world_size, info.local_world_size))};
   try {
     const TransportChoice plan =
-        plan_transport(nccl ? Backend::nccl : Backend::gloo, std::nullopt, lookup, members);
+        plan_transport(nccl ? BackendChoice::nccl : BackendChoice::host, std::nullopt, lookup,
+                       members);
     check.backend_name = std::string(to_string(plan.backend));
     check.backend.message = "collectives will run on " + plan.description;
     if (plan.backend == Backend::gloo && info.num_nodes <= 1 && info.world_size > 1) {

@@ -362,7 +362,7 @@ void probe_nvml(GpuSystem& system, const std::string& library) {
 
 void probe_gpu_system(Report& report, const ProbeOptions& options) {
   try {
-    report.nccl_backend = choose_backend(BackendChoice::automatic) == Backend::nccl;
+    report.nccl_backend = resolve_backend(BackendChoice::automatic) == BackendChoice::nccl;
   } catch (const std::exception& error) {
     report.probe_problems.push_back(std::string("choosing the backend failed: ") + error.what());
   }

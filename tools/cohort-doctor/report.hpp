@@ -33,7 +33,7 @@ struct Report {
   std::vector<LibraryVersion> libraries;
 
   int gpu_count = 0;
-  /// `choose_backend(BackendChoice::automatic)` picked NCCL (a program that lets cohort choose
+  /// `resolve_backend(BackendChoice::automatic)` picked NCCL (a program that lets cohort choose
   /// runs on the GPUs).
   bool nccl_backend = false;
   std::string gpu_unavailable_reason;  ///< cuda_unavailable_reason() when gpu_count is 0
