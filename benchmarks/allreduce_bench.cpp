@@ -31,11 +31,11 @@
 #include <cohort/core/logging.hpp>
 #include <cohort/version.hpp>
 
-#include <CLI/CLI.hpp>
-#include <cli_checks.hpp>
 #include <gloo/allreduce.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
+#include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 #include <nlohmann/json.hpp>
 
 #if COHORT_WITH_CUDA
@@ -82,12 +82,12 @@ struct Options {
   int graph = 0;
   int root = 0;
   std::string collective = "all_reduce";
-  std::string stat;    // mean or median; "": mean for --format nccl-tests, median for cohort
+  std::string stat;  // mean or median; "": mean for --format nccl-tests, median for cohort
   std::string format = "cohort";
   std::string dtype = "float";
   std::string op = "sum";
   double min_busbw = 0.0;
-  int ranks = 0;  // host ranks as threads when not launched by a launcher
+  int ranks = 0;          // host ranks as threads when not launched by a launcher
   std::string transport;  // host transport: shm, gloo or auto (unset: COHORT_HOST_TRANSPORT)
   std::string json;
   int issue_cost = 0;  // iterations of the host-cost measurement; 0: none
@@ -132,7 +132,9 @@ class Memory {
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const {
+    return data_;
+  }
   void upload(const std::vector<std::byte>& bytes) {
     if (device_.is_host()) {
       std::memcpy(data_, bytes.data(), bytes.size());
@@ -176,10 +178,14 @@ double expected(cohort::ReduceOp op, int ranks, std::size_t i) {
     high = std::max(high, v);
   }
   switch (op) {
-    case cohort::ReduceOp::sum: return sum;
-    case cohort::ReduceOp::avg: return sum / ranks;
-    case cohort::ReduceOp::min: return low;
-    case cohort::ReduceOp::max: return high;
+    case cohort::ReduceOp::sum:
+      return sum;
+    case cohort::ReduceOp::avg:
+      return sum / ranks;
+    case cohort::ReduceOp::min:
+      return low;
+    case cohort::ReduceOp::max:
+      return high;
   }
   return 0.0;
 }
@@ -194,7 +200,8 @@ std::vector<std::byte> pattern_at(cohort::DType dtype, int rank, std::size_t fir
   cohort::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto* values = reinterpret_cast<T*>(bytes.data());
-    for (std::size_t i = 0; i < count; ++i) values[i] = from_double<T>(contribution(rank, first + i));
+    for (std::size_t i = 0; i < count; ++i)
+      values[i] = from_double<T>(contribution(rank, first + i));
   });
   return bytes;
 }
@@ -225,28 +232,39 @@ enum class Kind { all_reduce, reduce_scatter, all_gather, broadcast };
 
 const char* name_of(Kind kind) {
   switch (kind) {
-    case Kind::all_reduce: return "all_reduce";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::all_gather: return "all_gather";
-    case Kind::broadcast: return "broadcast";
+    case Kind::all_reduce:
+      return "all_reduce";
+    case Kind::reduce_scatter:
+      return "reduce_scatter";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::broadcast:
+      return "broadcast";
   }
   return "?";
 }
 
 bench::Collective bench_kind(Kind kind) {
   switch (kind) {
-    case Kind::all_reduce: return bench::Collective::all_reduce;
-    case Kind::reduce_scatter: return bench::Collective::reduce_scatter;
-    case Kind::all_gather: return bench::Collective::all_gather;
-    case Kind::broadcast: return bench::Collective::broadcast;
+    case Kind::all_reduce:
+      return bench::Collective::all_reduce;
+    case Kind::reduce_scatter:
+      return bench::Collective::reduce_scatter;
+    case Kind::all_gather:
+      return bench::Collective::all_gather;
+    case Kind::broadcast:
+      return bench::Collective::broadcast;
   }
   return bench::Collective::all_reduce;
 }
 
-bool reduces(Kind kind) { return kind == Kind::all_reduce || kind == Kind::reduce_scatter; }
+bool reduces(Kind kind) {
+  return kind == Kind::all_reduce || kind == Kind::reduce_scatter;
+}
 
 std::vector<Kind> kinds_of(const std::string& name) {
-  if (name == "all") return {Kind::all_reduce, Kind::reduce_scatter, Kind::all_gather, Kind::broadcast};
+  if (name == "all")
+    return {Kind::all_reduce, Kind::reduce_scatter, Kind::all_gather, Kind::broadcast};
   if (name == "reduce_scatter") return {Kind::reduce_scatter};
   if (name == "all_gather") return {Kind::all_gather};
   if (name == "broadcast") return {Kind::broadcast};
@@ -257,9 +275,9 @@ std::vector<Kind> kinds_of(const std::string& name) {
 /// collective is called with (its "count": per rank for reduce-scatter's output and
 /// all-gather's input).
 struct Shape {
-  std::size_t bytes = 0;   // the whole message
-  std::size_t total = 0;   // elements of the whole message
-  std::size_t count = 0;   // nccl-tests' count column
+  std::size_t bytes = 0;  // the whole message
+  std::size_t total = 0;  // elements of the whole message
+  std::size_t count = 0;  // nccl-tests' count column
 };
 
 Shape shape_of(Kind kind, std::size_t bytes, std::size_t element, int ranks) {
@@ -309,10 +327,14 @@ double over_ranks(cohort::World& world, const std::string& key, double value, in
   std::vector<double> values;
   for (const std::string& v : all) values.push_back(std::stod(v));
   switch (how) {
-    case 0: return values.front();
-    case 2: return *std::min_element(values.begin(), values.end());
-    case 3: return *std::max_element(values.begin(), values.end());
-    default: return bench::mean(values);
+    case 0:
+      return values.front();
+    case 2:
+      return *std::min_element(values.begin(), values.end());
+    case 3:
+      return *std::max_element(values.begin(), values.end());
+    default:
+      return bench::mean(values);
   }
 }
 
@@ -362,8 +384,8 @@ class RawBackend {
       return;
     }
 #if COHORT_WITH_CUDA
-    static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat64, ncclFloat16,
-                                                ncclBfloat16, ncclInt32, ncclInt64, ncclUint8};
+    static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat64, ncclFloat16, ncclBfloat16,
+                                                ncclInt32,   ncclInt64,   ncclUint8};
     static constexpr ncclRedOp_t kOps[] = {ncclSum, ncclAvg, ncclMin, ncclMax};
     auto comm = static_cast<ncclComm_t>(comm_.native_handle());
     auto cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
@@ -429,14 +451,14 @@ void report_issue_cost(cohort::World& world, RawBackend* raw, const cohort::Stre
   }
   const double collectives = (raw != nullptr ? 2.0 : 1.0) * (iterations + 5);
   if (world.rank() == 0) {
-    std::printf("# host cost of issuing one all-reduce of 4 floats (median of %d, mean over "
-                "ranks): cohort %.2f us, %s; threads created system-wide per collective on "
-                "rank 0: %.2f\n",
-                iterations, cohort_median, raw_text.c_str(),
-                clones < 0 ? -1.0 : static_cast<double>(clones) / collectives);
+    std::printf(
+        "# host cost of issuing one all-reduce of 4 floats (median of %d, mean over "
+        "ranks): cohort %.2f us, %s; threads created system-wide per collective on "
+        "rank 0: %.2f\n",
+        iterations, cohort_median, raw_text.c_str(),
+        clones < 0 ? -1.0 : static_cast<double>(clones) / collectives);
   }
 }
-
 
 /// "host" or the GPU's PCI address, and its name, for nccl-tests' device lines.
 std::pair<std::string, std::string> device_words(const cohort::World& world) {
@@ -521,20 +543,28 @@ Row run_size(cohort::World& world, const Options& options, Kind kind, std::size_
 
   auto issue_oop = [&]() -> cohort::Work {
     switch (kind) {
-      case Kind::all_reduce: return comm.all_reduce(in_view, out_view, op, stream);
-      case Kind::reduce_scatter: return comm.reduce_scatter(in_view, out_view, op, stream);
-      case Kind::all_gather: return comm.all_gather(in_view, whole, stream);
-      case Kind::broadcast: break;
+      case Kind::all_reduce:
+        return comm.all_reduce(in_view, out_view, op, stream);
+      case Kind::reduce_scatter:
+        return comm.reduce_scatter(in_view, out_view, op, stream);
+      case Kind::all_gather:
+        return comm.all_gather(in_view, whole, stream);
+      case Kind::broadcast:
+        break;
     }
     // Broadcast has no second buffer: "out of place" copies the input first, as a user would.
     return comm.broadcast(in_view, options.root, stream);
   };
   auto issue_ip = [&]() -> cohort::Work {
     switch (kind) {
-      case Kind::all_reduce: return comm.all_reduce(whole, op, stream);
-      case Kind::reduce_scatter: return comm.reduce_scatter(whole, mine, op, stream);
-      case Kind::all_gather: return comm.all_gather(mine, whole, stream);
-      case Kind::broadcast: break;
+      case Kind::all_reduce:
+        return comm.all_reduce(whole, op, stream);
+      case Kind::reduce_scatter:
+        return comm.reduce_scatter(whole, mine, op, stream);
+      case Kind::all_gather:
+        return comm.all_gather(mine, whole, stream);
+      case Kind::broadcast:
+        break;
     }
     return comm.broadcast(whole, options.root, stream);
   };
@@ -545,12 +575,14 @@ Row run_size(cohort::World& world, const Options& options, Kind kind, std::size_
     // Fresh inputs, one collective, then every element of the result.
     if (kind == Kind::all_gather) {
       (in_place ? output : input)
-          .upload(in_place ? pattern_at(dtype, me, 0, total) : pattern_at(dtype, me, offset, share));
+          .upload(in_place ? pattern_at(dtype, me, 0, total)
+                           : pattern_at(dtype, me, offset, share));
       if (in_place) {
         // Only this rank's share is its own; the rest is what the collective must overwrite.
         std::vector<std::byte> garbage = pattern_at(dtype, n + 7, 0, total);
         const std::vector<std::byte> own = pattern_at(dtype, me, offset, share);
-        std::copy(own.begin(), own.end(), garbage.begin() + static_cast<std::ptrdiff_t>(offset * element));
+        std::copy(own.begin(), own.end(),
+                  garbage.begin() + static_cast<std::ptrdiff_t>(offset * element));
         output.upload(garbage);
       }
     } else {
@@ -559,7 +591,8 @@ Row run_size(cohort::World& world, const Options& options, Kind kind, std::size_
     }
     if (kind == Kind::broadcast) {
       // Broadcast has one buffer: "out of place" is the input buffer, in place the output one.
-      (in_place ? output : input).upload(pattern_at(dtype, me == options.root ? me : n + 7, 0, total));
+      (in_place ? output : input)
+          .upload(pattern_at(dtype, me == options.root ? me : n + 7, 0, total));
     }
     cohort::Work work = in_place ? issue_ip() : issue_oop();
     stream.synchronize();
@@ -673,8 +706,10 @@ Row run_size(cohort::World& world, const Options& options, Kind kind, std::size_
   }
   if (options.check > 0) {
     row.oop.checked = row.ip.checked = true;
-    row.oop.wrong = static_cast<std::size_t>(sum_over_ranks(world, key + "/w1", static_cast<double>(check(false))));
-    row.ip.wrong = static_cast<std::size_t>(sum_over_ranks(world, key + "/w2", static_cast<double>(check(true))));
+    row.oop.wrong = static_cast<std::size_t>(
+        sum_over_ranks(world, key + "/w1", static_cast<double>(check(false))));
+    row.ip.wrong = static_cast<std::size_t>(
+        sum_over_ranks(world, key + "/w2", static_cast<double>(check(true))));
   }
   return row;
 }
@@ -684,10 +719,14 @@ std::string fitted(double value, int width) {
   int power = 0;
   for (double v = 1.0; value >= v && power < 40; v *= 10.0) ++power;
   char text[48];
-  if (power < width - 2) std::snprintf(text, sizeof(text), "%*.2f", width, value);
-  else if (power < width - 1) std::snprintf(text, sizeof(text), "%*.1f", width, value);
-  else if (power < width + 1) std::snprintf(text, sizeof(text), "%*.0f", width, value);
-  else std::snprintf(text, sizeof(text), "%*.1e", width, value);
+  if (power < width - 2)
+    std::snprintf(text, sizeof(text), "%*.2f", width, value);
+  else if (power < width - 1)
+    std::snprintf(text, sizeof(text), "%*.1f", width, value);
+  else if (power < width + 1)
+    std::snprintf(text, sizeof(text), "%*.0f", width, value);
+  else
+    std::snprintf(text, sizeof(text), "%*.1e", width, value);
   return text;
 }
 
@@ -709,32 +748,40 @@ void print_header(const cohort::World& world, const Options& options, std::size_
                                ? cli::words(options.step_factor) + "(factor)"
                                : std::to_string(*cli::size_bytes(options.step_bytes)) + "(bytes)";
   std::printf("# cohort allreduce_bench %s (%s): %d ranks on %s, %s\n", cohort::version(),
-              bench::commit().c_str(), world.size(), world.device().is_host() ? "host ranks" : "GPUs",
+              bench::commit().c_str(), world.size(),
+              world.device().is_host() ? "host ranks" : "GPUs",
               std::string(to_string(world.backend())).c_str());
-  std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
-              "agg iters: %d validation: %d graph: 0\n",
-              min_bytes, max_bytes, step.c_str(), options.warmup, options.iters, options.agg_iters,
-              options.check);
-  std::printf("# time: %s of %s, %s over ranks (-a %d)%s\n",
-              options.stat == "mean" ? "the mean" : "the median",
-              options.stat == "mean" ? "back-to-back iterations (nccl-tests' way)"
-                                     : "iterations each waited for",
-              options.average == 0   ? "rank 0's"
-              : options.average == 2 ? "the minimum"
-              : options.average == 3 ? "the maximum"
-                                     : "the mean",
-              options.average, options.blocking != 0 ? "; blocking (-z 1): each collective waited for, then a barrier" : "");
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
+      "agg iters: %d validation: %d graph: 0\n",
+      min_bytes, max_bytes, step.c_str(), options.warmup, options.iters, options.agg_iters,
+      options.check);
+  std::printf(
+      "# time: %s of %s, %s over ranks (-a %d)%s\n",
+      options.stat == "mean" ? "the mean" : "the median",
+      options.stat == "mean" ? "back-to-back iterations (nccl-tests' way)"
+                             : "iterations each waited for",
+      options.average == 0   ? "rank 0's"
+      : options.average == 2 ? "the minimum"
+      : options.average == 3 ? "the maximum"
+                             : "the mean",
+      options.average,
+      options.blocking != 0 ? "; blocking (-z 1): each collective waited for, then a barrier" : "");
   if (!rounding.empty()) std::printf("# %s\n", rounding.c_str());
   std::printf("#\n# Using devices\n");
   for (const std::string& line : device_lines) std::printf("%s\n", line.c_str());
   std::printf("#\n");
   if (nccl) {
-    std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "");
-    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count",
-                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-                "#wrong");
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place         "
+        " \n",
+        "", "", "", "", "");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                "algbw", "busbw", "#wrong");
     std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
-                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "(GB/s)", "");
     return;
   }
   std::printf("# %14s %10s %12s %6s %6s %5s | %-28s | %-28s | %-13s | %8s\n", "", "", "", "", "",
@@ -766,13 +813,14 @@ void print_row(const Options& options, const Row& row, int n) {
       row.raw_us ? fitted(algbw(row.shape.bytes, *row.raw_us) * factor, 6) : std::string("   N/A");
   const std::string ratio = row.ratio ? fitted(*row.ratio, 6) : std::string("   N/A");
   const std::string copy = row.memcpy_us ? fitted(*row.memcpy_us, 8) : std::string("     N/A");
-  std::printf("  %14s %10zu %12zu %6s %6s %5d | %7s %6s %6s %6s | %7s %6s %6s %6s | %6s %6s | %8s\n",
-              name_of(row.kind), row.shape.bytes, row.shape.count, options.dtype.c_str(),
-              redop.c_str(), row.root, fitted(row.oop.time_us, 7).c_str(),
-              fitted(oop_algbw, 6).c_str(), fitted(oop_algbw * factor, 6).c_str(),
-              wrong_text(row.oop, 6).c_str(), fitted(row.ip.time_us, 7).c_str(),
-              fitted(ip_algbw, 6).c_str(), fitted(ip_algbw * factor, 6).c_str(),
-              wrong_text(row.ip, 6).c_str(), raw_busbw.c_str(), ratio.c_str(), copy.c_str());
+  std::printf(
+      "  %14s %10zu %12zu %6s %6s %5d | %7s %6s %6s %6s | %7s %6s %6s %6s | %6s %6s | %8s\n",
+      name_of(row.kind), row.shape.bytes, row.shape.count, options.dtype.c_str(), redop.c_str(),
+      row.root, fitted(row.oop.time_us, 7).c_str(), fitted(oop_algbw, 6).c_str(),
+      fitted(oop_algbw * factor, 6).c_str(), wrong_text(row.oop, 6).c_str(),
+      fitted(row.ip.time_us, 7).c_str(), fitted(ip_algbw, 6).c_str(),
+      fitted(ip_algbw * factor, 6).c_str(), wrong_text(row.ip, 6).c_str(), raw_busbw.c_str(),
+      ratio.c_str(), copy.c_str());
   std::fflush(stdout);
 }
 
@@ -780,13 +828,16 @@ int run(cohort::World& world, const Options& options) {
   const auto dtype = cohort::parse_dtype(options.dtype);
   COHORT_EXPECTS(dtype.has_value(), "-d " + options.dtype + ": not a dtype (float, half, ...)");
   cohort::ReduceOp op = cohort::ReduceOp::sum;
-  if (options.op == "avg") op = cohort::ReduceOp::avg;
-  else if (options.op == "min") op = cohort::ReduceOp::min;
-  else if (options.op == "max") op = cohort::ReduceOp::max;
+  if (options.op == "avg")
+    op = cohort::ReduceOp::avg;
+  else if (options.op == "min")
+    op = cohort::ReduceOp::min;
+  else if (options.op == "max")
+    op = cohort::ReduceOp::max;
   const std::vector<Kind> kinds = kinds_of(options.collective);
-  COHORT_EXPECTS(options.root < world.size(),
-                 "-r " + std::to_string(options.root) + ": the root must be a rank below " +
-                     std::to_string(world.size()));
+  COHORT_EXPECTS(options.root < world.size(), "-r " + std::to_string(options.root) +
+                                                  ": the root must be a rank below " +
+                                                  std::to_string(world.size()));
 
   cohort::Communicator& comm = world.comm();
   const cohort::Stream stream = cohort::Stream::create(world.device());
@@ -795,10 +846,10 @@ int run(cohort::World& world, const Options& options) {
   const std::size_t max_bytes = *cli::size_bytes(options.max_bytes);
   const int n = world.size();
   const bool leader = world.rank() == 0;
-  const bool raw_supported = comm.backend() == cohort::Backend::nccl ||
-                             (comm.backend() == cohort::Backend::gloo &&
-                              *dtype != cohort::DType::f16 && *dtype != cohort::DType::bf16 &&
-                              op != cohort::ReduceOp::avg);
+  const bool raw_supported =
+      comm.backend() == cohort::Backend::nccl ||
+      (comm.backend() == cohort::Backend::gloo && *dtype != cohort::DType::f16 &&
+       *dtype != cohort::DType::bf16 && op != cohort::ReduceOp::avg);
   RawBackend raw(comm, *dtype, op);
   if (options.issue_cost > 0) {
     const bool has_raw =
@@ -833,9 +884,11 @@ int run(cohort::World& world, const Options& options) {
     if (kind != Kind::reduce_scatter && kind != Kind::all_gather) continue;
     for (const std::size_t bytes : sizes) {
       if (shape_of(kind, bytes, element, n).bytes != bytes) {
-        rounding = "reduce_scatter and all_gather round each size down to a whole share per rank "
-                   "(a multiple of " + std::to_string(n) + " ranks x " + std::to_string(element) +
-                   " bytes): the size column says what ran";
+        rounding =
+            "reduce_scatter and all_gather round each size down to a whole share per rank "
+            "(a multiple of " +
+            std::to_string(n) + " ranks x " + std::to_string(element) +
+            " bytes): the size column says what ran";
         break;
       }
     }
@@ -850,11 +903,13 @@ int run(cohort::World& world, const Options& options) {
   for (const Kind kind : kinds) {
     for (const std::size_t bytes : sizes) {
       if (shape_of(kind, bytes, element, n).total == 0) continue;  // smaller than one share
-      Row row = run_size(world, options, kind, bytes, *dtype, op, raw, raw_supported, stream,
-                         sequence++);
+      Row row =
+          run_size(world, options, kind, bytes, *dtype, op, raw, raw_supported, stream, sequence++);
       total_wrong += row.oop.wrong + row.ip.wrong;
       const double factor = bench::bus_factor(bench_kind(kind), n);
-      busbw_sum += (algbw(row.shape.bytes, row.oop.time_us) + algbw(row.shape.bytes, row.ip.time_us)) * factor;
+      busbw_sum +=
+          (algbw(row.shape.bytes, row.oop.time_us) + algbw(row.shape.bytes, row.ip.time_us)) *
+          factor;
       busbw_count += 2;
       if (leader) print_row(options, row, n);
       rows.push_back(std::move(row));
@@ -886,7 +941,9 @@ int run(cohort::World& world, const Options& options) {
       std::printf("# %-20s : N/A (not checked: -c 0)\n", "Out of bounds values");
     }
     std::printf("# %-20s : %g %s\n", "Avg bus bandwidth", average_busbw,
-                !floor ? "" : below ? "FAILED" : "OK");
+                !floor  ? ""
+                : below ? "FAILED"
+                        : "OK");
     if (floor) {
       std::printf("# bandwidth floor: %.4g GB/s (%s): %s\n", *floor, floor_words.c_str(),
                   below ? "FAILED" : "passed");
@@ -904,7 +961,8 @@ int run(cohort::World& world, const Options& options) {
     std::printf("#\n");
     std::fflush(stdout);
     if (!options.json.empty()) {
-      nlohmann::json out = bench::provenance("cohort.allreduce_bench/2", options.command_line, hosts);
+      nlohmann::json out =
+          bench::provenance("cohort.allreduce_bench/2", options.command_line, hosts);
       out["ranks"] = n;
       out["backend"] = std::string(to_string(comm.backend()));
       out["device"] = world.device().is_host() ? "host" : "cuda";
@@ -939,17 +997,19 @@ int run(cohort::World& world, const Options& options) {
         record["out_of_place"] = side(row.oop);
         record["in_place"] = side(row.ip);
         record["in_place_iterations_s_rank0"] = bench::spread_json(row.ip_spread, 1e-6);
-        record["raw"] = row.raw_us ? nlohmann::json{{"time_s", *row.raw_us * 1e-6},
-                                                    {"busbw_bytes_per_s",
-                                                     algbw(row.shape.bytes, *row.raw_us) * factor * 1e9},
-                                                    {"ratio", *row.ratio}}
-                                   : nlohmann::json(nullptr);
-        record["memcpy_time_s"] = row.memcpy_us ? nlohmann::json(*row.memcpy_us * 1e-6)
-                                                : nlohmann::json(nullptr);
+        record["raw"] = row.raw_us
+                            ? nlohmann::json{{"time_s", *row.raw_us * 1e-6},
+                                             {"busbw_bytes_per_s",
+                                              algbw(row.shape.bytes, *row.raw_us) * factor * 1e9},
+                                             {"ratio", *row.ratio}}
+                            : nlohmann::json(nullptr);
+        record["memcpy_time_s"] =
+            row.memcpy_us ? nlohmann::json(*row.memcpy_us * 1e-6) : nlohmann::json(nullptr);
         out["records"].push_back(record);
       }
       out["average_busbw_bytes_per_s"] = average_busbw * 1e9;
-      out["busbw_floor_bytes_per_s"] = floor ? nlohmann::json(*floor * 1e9) : nlohmann::json(nullptr);
+      out["busbw_floor_bytes_per_s"] =
+          floor ? nlohmann::json(*floor * 1e9) : nlohmann::json(nullptr);
       out["wrong"] = checked ? nlohmann::json(total_wrong) : nlohmann::json(nullptr);
       cli::write_file("--json", options.json, out.dump(2) + "\n");
     }
@@ -963,22 +1023,27 @@ int run(cohort::World& world, const Options& options) {
 int main(int argc, char** argv) {
   Options options;
   for (int i = 0; i < argc; ++i) options.command_line.emplace_back(argv[i]);
-  CLI::App app{"allreduce_bench: collective bus bandwidth through cohort, in nccl-tests' table, "
-               "against the raw "
-               "backend. Exit status: 0; 1 when a value was wrong; 2 for a usage error; 3 when "
-               "the average bus bandwidth is below --min-busbw (or 90% of NCCL_TESTS_MIN_BW).",
-               "allreduce_bench"};
+  CLI::App app{
+      "allreduce_bench: collective bus bandwidth through cohort, in nccl-tests' table, "
+      "against the raw "
+      "backend. Exit status: 0; 1 when a value was wrong; 2 for a usage error; 3 when "
+      "the average bus bandwidth is below --min-busbw (or 90% of NCCL_TESTS_MIN_BW).",
+      "allreduce_bench"};
   cli::conventions(app);
   app.add_option("-b,--minbytes", options.min_bytes, "smallest size (K, M, G suffixes)")
       ->check(cli::size_text());
   app.add_option("-e,--maxbytes", options.max_bytes, "largest size")->check(cli::size_text());
   app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this each step")
       ->check(cli::number_in(1.0, false, 1024.0, false));
-  app.add_option("-i,--stepbytes", options.step_bytes, "add this to the size each step (instead of -f)")
+  app.add_option("-i,--stepbytes", options.step_bytes,
+                 "add this to the size each step (instead of -f)")
       ->check(cli::size_text());
-  app.add_option("-n,--iters", options.iters, "timed iterations per size")->check(cli::whole(1, 1e7));
-  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size")->check(cli::whole(0, 1e7));
-  app.add_option("-m,--agg_iters", options.agg_iters, "collectives issued back to back per iteration")
+  app.add_option("-n,--iters", options.iters, "timed iterations per size")
+      ->check(cli::whole(1, 1e7));
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations per size")
+      ->check(cli::whole(0, 1e7));
+  app.add_option("-m,--agg_iters", options.agg_iters,
+                 "collectives issued back to back per iteration")
       ->check(cli::whole(1, 1e6));
   app.add_option("-c,--check", options.check, "check every element of the results (0: don't)")
       ->check(cli::whole(0, 1));
@@ -1042,15 +1107,16 @@ int main(int argc, char** argv) {
       return cli::usage_error(app, std::string(flag) + " " + text + " is " + std::to_string(bytes) +
                                        " bytes, not a whole number of " + options.dtype +
                                        " elements (" + std::to_string(element) +
-                                       " bytes each): use a multiple of " + std::to_string(element));
+                                       " bytes each): use a multiple of " +
+                                       std::to_string(element));
     }
   }
   if (app.count("-i") > 0 && app.count("-f") > 0) {
     return cli::usage_error(app, "-i (a fixed step) and -f (a factor) contradict: give one");
   }
-  if (const auto refused = cli::refuse_unless(app, options.collective == "broadcast" ||
-                                                       options.collective == "all",
-                                              {"-r"}, "applies only to --collective broadcast")) {
+  if (const auto refused =
+          cli::refuse_unless(app, options.collective == "broadcast" || options.collective == "all",
+                             {"-r"}, "applies only to --collective broadcast")) {
     return *refused;
   }
   if (options.stat.empty()) options.stat = options.format == "nccl-tests" ? "mean" : "median";
@@ -1061,9 +1127,10 @@ int main(int argc, char** argv) {
   const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
   if (launched && options.ranks > 0) {
     return cli::usage_error(
-        app, "--ranks starts host ranks as threads, but a launcher started this process: every "
-             "launched process would run its own world of " + std::to_string(options.ranks) +
-             " ranks; drop --ranks (the launcher chose the ranks)");
+        app,
+        "--ranks starts host ranks as threads, but a launcher started this process: every "
+        "launched process would run its own world of " +
+            std::to_string(options.ranks) + " ranks; drop --ranks (the launcher chose the ranks)");
   }
 
   try {
@@ -1071,16 +1138,20 @@ int main(int argc, char** argv) {
     cohort::WorldOptions world_options;
     if (options.transport == "shm") world_options.host_transport = cohort::HostTransport::shm;
     if (options.transport == "gloo") world_options.host_transport = cohort::HostTransport::gloo;
-    if (options.transport == "auto") world_options.host_transport = cohort::HostTransport::automatic;
+    if (options.transport == "auto")
+      world_options.host_transport = cohort::HostTransport::automatic;
     if (options.ranks > 0) {
       check_memory(options, max_bytes, options.ranks, true);
       std::fprintf(stderr, "allreduce_bench: starting %d host ranks as threads of this process\n",
                    options.ranks);
       world_options.backend = cohort::BackendChoice::host;
-      cohort::run_local(options.ranks, [&](cohort::World& world) {
-        const int rank_status = run(world, options);
-        if (world.rank() == 0) status = rank_status;
-      }, world_options);
+      cohort::run_local(
+          options.ranks,
+          [&](cohort::World& world) {
+            const int rank_status = run(world, options);
+            if (world.rank() == 0) status = rank_status;
+          },
+          world_options);
     } else {
       cohort::World world = cohort::init(world_options);
       check_memory(options, max_bytes, 1, world.device().is_host());
@@ -1088,8 +1159,10 @@ int main(int argc, char** argv) {
     }
     return status;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "allreduce_bench: out of memory allocating the buffers of -e %s: lower -e "
-                 "or run fewer ranks per node\n", options.max_bytes.c_str());
+    std::fprintf(stderr,
+                 "allreduce_bench: out of memory allocating the buffers of -e %s: lower -e "
+                 "or run fewer ranks per node\n",
+                 options.max_bytes.c_str());
     return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "allreduce_bench: %s\n", error.what());

@@ -53,8 +53,8 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -62,10 +62,12 @@ namespace {
 using namespace scaling;
 namespace cli = cohort::cli;
 
-/// Prints a progress line every `kProgressPeriod` until stopped, so that a long run is never silent.
+/// Prints a progress line every `kProgressPeriod` until stopped, so that a long run is never
+/// silent.
 class ProgressLines {
  public:
-  explicit ProgressLines(const Progress& progress) : thread_([this, &progress] { loop(progress); }) {}
+  explicit ProgressLines(const Progress& progress)
+      : thread_([this, &progress] { loop(progress); }) {}
   ~ProgressLines() {
     {
       const std::lock_guard lock(mutex_);
@@ -102,19 +104,24 @@ void print_expectation(const Setup& setup, const std::vector<int>& counts) {
   std::string list;
   for (const int k : counts) list += (list.empty() ? "" : ", ") + std::to_string(k);
   if (setup.simulated) {
-    std::fprintf(stderr, "scaling_bench: %s, simulated compute at %.4g TFLOP/s (%.0f ms of compute a "
-                 "step), rank counts %s\n", setup.workload.name.c_str(), o.sim_tflops,
+    std::fprintf(stderr,
+                 "scaling_bench: %s, simulated compute at %.4g TFLOP/s (%.0f ms of compute a "
+                 "step), rank counts %s\n",
+                 setup.workload.name.c_str(), o.sim_tflops,
                  3.0 * setup.workload.forward_flops() * setup.batch / (o.sim_tflops * 1e12) * 1e3,
                  list.c_str());
   }
   if (setup.budgeted) {
-    std::fprintf(stderr, "scaling_bench: expected about %.0f s (--budget-s): per rank count %d "
+    std::fprintf(stderr,
+                 "scaling_bench: expected about %.0f s (--budget-s): per rank count %d "
                  "warm-up step(s), then as many of %d timed steps as fit its share of what is left "
                  "of the budget (at least 3: longer when 3 steps alone take longer)\n",
                  o.budget_s, o.warmup, o.steps);
   } else {
-    std::fprintf(stderr, "scaling_bench: %zu rank counts x (%d warm-up + %d timed steps); each "
-                 "count prints its step time after its warm-up\n", counts.size(), o.warmup, o.steps);
+    std::fprintf(stderr,
+                 "scaling_bench: %zu rank counts x (%d warm-up + %d timed steps); each "
+                 "count prints its step time after its warm-up\n",
+                 counts.size(), o.warmup, o.steps);
   }
 }
 
@@ -139,7 +146,8 @@ int run(cohort::World& world, const Setup& setup, const Link& links_file) {
     LinkProbe probe;
     if (world.rank() < k) {
       // What is left of the budget, shared by the rank counts still to run (set-up included).
-      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double share = std::max(0.0, setup.options.budget_s - spent) /
                            static_cast<double>(counts.size() - index);
       cohort::World group = sub_world(world, k, scope);
@@ -174,17 +182,20 @@ int run(cohort::World& world, const Setup& setup, const Link& links_file) {
     probes.push_back(probe);
     samples_by_count.push_back(std::move(all));
     const Row& row = report.rows.back();
-    std::fprintf(stderr, "scaling_bench: %d ranks: step %.2f ms, efficiency %.1f%%%s\n", k,
-                 row.step_ms.value, 100.0 * row.efficiency,
-                 report.checks.back().valid
-                     ? (", model " + std::to_string(static_cast<int>(std::lround(
-                                         100.0 * report.checks.back().error))) + "% off")
-                           .c_str()
-                     : "");
+    std::fprintf(
+        stderr, "scaling_bench: %d ranks: step %.2f ms, efficiency %.1f%%%s\n", k,
+        row.step_ms.value, 100.0 * row.efficiency,
+        report.checks.back().valid
+            ? (", model " +
+               std::to_string(static_cast<int>(std::lround(100.0 * report.checks.back().error))) +
+               "% off")
+                  .c_str()
+            : "");
   }
   lines.reset();
   // Every rank's host, for the report's provenance.
-  const std::vector<std::string> hosts = world.group().all_gather("scaling/hosts", cohort::bench::host_name());
+  const std::vector<std::string> hosts =
+      world.group().all_gather("scaling/hosts", cohort::bench::host_name());
   if (!leader) return 0;
   report.topology.ranks = world.size();
   report.topology.device = setup.device;
@@ -231,11 +242,12 @@ std::string device_name(const cohort::World& world) {
 int main(int argc, char** argv) {
   Options options;
   for (int i = 0; i < argc; ++i) options.command_line.emplace_back(argv[i]);
-  CLI::App app{"scaling_bench: weak scaling of data-parallel training through cohort at 1, 2, "
-               "4, ... ranks, where each lost percent goes, a model of the step checked against "
-               "every measured count, and a projection to more GPUs from compute that belongs "
-               "to the target",
-               "scaling_bench"};
+  CLI::App app{
+      "scaling_bench: weak scaling of data-parallel training through cohort at 1, 2, "
+      "4, ... ranks, where each lost percent goes, a model of the step checked against "
+      "every measured count, and a projection to more GPUs from compute that belongs "
+      "to the target",
+      "scaling_bench"};
   cli::conventions(app);
   std::vector<std::string> compare;
   app.add_option("--compare", compare,
@@ -244,8 +256,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--workload", options.workload, "the model whose parameters and FLOPs are trained")
       ->check(cli::one_of({"mlp", "resnet50", "bert-large", "gpt2-124m"}));
-  app.add_option("--ranks", options.ranks,
-                 "host ranks as threads (when not started by a launcher)")
+  app.add_option("--ranks", options.ranks, "host ranks as threads (when not started by a launcher)")
       ->check(cli::whole(1, 1024))
       ->default_str("every GPU, or 4 host ranks without one");
   app.add_option("--batch-per-rank", options.batch_per_rank, "samples per rank and step")
@@ -255,7 +266,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", options.warmup, "untimed steps per rank count")
       ->check(cli::whole(0, 1e6))
       ->default_str("3 on GPUs, 2 on host ranks");
-  app.add_option("--compute", options.compute, "auto (real on GPUs, simulated on host ranks), real, simulated")
+  app.add_option("--compute", options.compute,
+                 "auto (real on GPUs, simulated on host ranks), real, simulated")
       ->check(cli::one_of({"auto", "real", "simulated"}));
   app.add_option("--precision", options.precision,
                  "fp32, tf32 (FP32 data on tensor cores), bf16 or fp16 (16-bit parameters, "
@@ -290,7 +302,8 @@ int main(int argc, char** argv) {
                  "--target a100/h100: the fraction of the card's peak the step's compute reaches "
                  "(stated, never measured here)")
       ->check(cli::number_in(0.0, false, 1.0, false));
-  app.add_option("--project-to", options.project_to, "GPU counts to project to (above those measured)")
+  app.add_option("--project-to", options.project_to,
+                 "GPU counts to project to (above those measured)")
       ->check(cli::whole(2, 1 << 20));
   app.add_option("--links", options.links,
                  "projection: the in-node link from an allreduce_bench --json report")
@@ -302,7 +315,8 @@ int main(int argc, char** argv) {
                  "projection: cost of one small all-reduce in a node (us)")
       ->check(cli::number(0, 1e9))
       ->default_str("with --link-gbps: 0");
-  app.add_option("--node-gbps", options.node_gbps, "projection: all-reduce busbw across nodes (GB/s)")
+  app.add_option("--node-gbps", options.node_gbps,
+                 "projection: all-reduce busbw across nodes (GB/s)")
       ->check(cli::positive(1e6))
       ->default_str("measured across nodes here, or the target card's published number");
   app.add_option("--node-latency-us", options.node_latency_us,
@@ -313,8 +327,8 @@ int main(int argc, char** argv) {
                "skip the link probes (the link check, and this device's measured link)");
   app.add_option("--gpus-per-node", options.gpus_per_node, "projection: GPUs per node")
       ->check(cli::whole(1, 1024));
-  app.add_option("--json", options.json, "write the report to this file (schema " +
-                                             std::string(kSchema) + ")")
+  app.add_option("--json", options.json,
+                 "write the report to this file (schema " + std::string(kSchema) + ")")
       ->check(cli::writable_file());
   app.add_option("--plot", options.plot,
                  "draw efficiency and throughput against ranks (.png, .pdf or .svg)")
@@ -322,50 +336,57 @@ int main(int argc, char** argv) {
   if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
   if (!compare.empty()) {
     if (app.get_options([&](const CLI::Option* option) {
-          return option->count() > 0 && option->get_name() != "--compare";
-        }).size() > 0) {
-      return cli::usage_error(app, "--compare prints two reports and measures nothing: give no "
-                                   "other flag");
+             return option->count() > 0 && option->get_name() != "--compare";
+           })
+            .size() > 0) {
+      return cli::usage_error(app,
+                              "--compare prints two reports and measures nothing: give no "
+                              "other flag");
     }
     return compare_reports(compare[0], compare[1]);
   }
   // Flags that would do nothing are refused, so that a run never silently ignores one.
-  if (const auto refused = cli::refuse_unless(app, options.workload == "mlp", {"--hidden", "--layers"},
-                                              "applies only to --workload mlp")) {
+  if (const auto refused =
+          cli::refuse_unless(app, options.workload == "mlp", {"--hidden", "--layers"},
+                             "applies only to --workload mlp")) {
     return *refused;
   }
-  if (const auto refused = cli::refuse_unless(app, options.compute != "real",
-                                              {"--sim-tflops", "--target-step-ms"},
-                                              "sets simulated compute, but --compute real runs "
-                                              "real compute")) {
+  if (const auto refused =
+          cli::refuse_unless(app, options.compute != "real", {"--sim-tflops", "--target-step-ms"},
+                             "sets simulated compute, but --compute real runs "
+                             "real compute")) {
     return *refused;
   }
   if (app.count("--sim-tflops") > 0 && app.count("--target-step-ms") > 0) {
-    return cli::usage_error(app, "--sim-tflops and --target-step-ms both set the simulated rate: "
-                                 "give one");
+    return cli::usage_error(app,
+                            "--sim-tflops and --target-step-ms both set the simulated rate: "
+                            "give one");
   }
   const bool named_card = options.target == "a100" || options.target == "h100";
   if (named_card && options.target_utilization <= 0.0) {
-    return cli::usage_error(app, "--target " + options.target + " projects from the card's "
-                                 "published peak: give --target-utilization (the fraction of it "
-                                 "the step's compute reaches, e.g. 0.4), which no run here "
-                                 "measures");
+    return cli::usage_error(app,
+                            "--target " + options.target +
+                                " projects from the card's "
+                                "published peak: give --target-utilization (the fraction of it "
+                                "the step's compute reaches, e.g. 0.4), which no run here "
+                                "measures");
   }
   if (const auto refused = cli::refuse_unless(app, named_card, {"--target-utilization"},
                                               "applies only to --target a100 or h100")) {
     return *refused;
   }
-  if (const auto refused = cli::refuse_unless(
-          app, options.target != "none",
-          {"--links", "--link-gbps", "--link-latency-us", "--node-gbps", "--node-latency-us",
-           "--project-to", "--gpus-per-node"},
-          "sets the projection, but --target none projects nothing")) {
+  if (const auto refused =
+          cli::refuse_unless(app, options.target != "none",
+                             {"--links", "--link-gbps", "--link-latency-us", "--node-gbps",
+                              "--node-latency-us", "--project-to", "--gpus-per-node"},
+                             "sets the projection, but --target none projects nothing")) {
     return *refused;
   }
   if (options.target == "this" && options.compute == "simulated") {
-    return cli::usage_error(app, "--target this projects from the compute measured here, but "
-                                 "--compute simulated measures a sleep that belongs to no GPU: "
-                                 "use --target a100 or h100 with --target-utilization");
+    return cli::usage_error(app,
+                            "--target this projects from the compute measured here, but "
+                            "--compute simulated measures a sleep that belongs to no GPU: "
+                            "use --target a100 or h100 with --target-utilization");
   }
   if (app.count("--links") > 0 && app.count("--link-gbps") > 0) {
     return cli::usage_error(app, "--links and --link-gbps both give the in-node link: give one");
@@ -393,17 +414,20 @@ int main(int argc, char** argv) {
     setup.grad_dtype = setup.precision == Precision::bf16   ? cohort::DType::bf16
                        : setup.precision == Precision::fp16 ? cohort::DType::f16
                                                             : cohort::DType::f32;
-    setup.workload = layers::make_workload(
-        options.workload, layers::MlpConfig{.inputs = 32, .hidden = options.hidden,
-                                            .layers = options.layers, .classes = 10,
-                                            .dtype = cohort::DType::f32});
+    setup.workload =
+        layers::make_workload(options.workload, layers::MlpConfig{.inputs = 32,
+                                                                  .hidden = options.hidden,
+                                                                  .layers = options.layers,
+                                                                  .classes = 10,
+                                                                  .dtype = cohort::DType::f32});
     setup.tokens_per_sample = options.workload == "gpt2-124m"    ? 1024
                               : options.workload == "bert-large" ? 128
                                                                  : 0;
     if (options.bucket_mb > 0.0 || options.first_bucket_mb > 0.0) {
       // Either flag fixes the caps; the other keeps the library's default.
       Options& o = setup.options;
-      if (o.bucket_mb <= 0.0) o.bucket_mb = static_cast<double>(cohort::kDefaultBucketBytes) / 1048576.0;
+      if (o.bucket_mb <= 0.0)
+        o.bucket_mb = static_cast<double>(cohort::kDefaultBucketBytes) / 1048576.0;
       if (o.first_bucket_mb <= 0.0) {
         o.first_bucket_mb = static_cast<double>(cohort::kDefaultFirstBucketBytes) / 1048576.0;
       }
@@ -411,16 +435,18 @@ int main(int argc, char** argv) {
         return cli::usage_error(app, "--bucket-mb and --first-bucket-mb must be at least 1 byte");
       }
     }
-    setup.batch = options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
+    setup.batch =
+        options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     if (launched && options.ranks > 0) {
-      return cli::usage_error(app, "--ranks starts host ranks as threads, but a launcher started "
-                                   "this process: drop --ranks (the launcher chose the ranks)");
+      return cli::usage_error(app,
+                              "--ranks starts host ranks as threads, but a launcher started "
+                              "this process: drop --ranks (the launcher chose the ranks)");
     }
     auto run_world = [&](cohort::World& world) {
       Setup resolved = setup;
-      resolved.simulated = options.compute == "simulated" ||
-                           (options.compute == "auto" && world.device().is_host());
+      resolved.simulated =
+          options.compute == "simulated" || (options.compute == "auto" && world.device().is_host());
       resolved.budgeted = world.device().is_host() && options.budget_s > 0.0;
       resolved.device = device_name(world);
       // What real compute cannot do here is refused before anything runs.
@@ -460,10 +486,13 @@ int main(int argc, char** argv) {
       ranks = cohort::cuda_device_count() > 0 ? cohort::cuda_device_count() : 4;
     }
     int status = 0;
-    cohort::run_local(ranks, [&](cohort::World& world) {
-      const int rank_status = run_world(world);
-      if (world.rank() == 0) status = rank_status;
-    }, world_options);
+    cohort::run_local(
+        ranks,
+        [&](cohort::World& world) {
+          const int rank_status = run_world(world);
+          if (world.rank() == 0) status = rank_status;
+        },
+        world_options);
     return status;
   } catch (const cohort::InvalidArgument& error) {
     std::fprintf(stderr, "scaling_bench: %s\n", error.what());

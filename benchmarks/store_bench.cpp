@@ -9,14 +9,15 @@
 
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
-std::unique_ptr<cohort::Store> make_store(int kind, std::unique_ptr<cohort::TcpStoreServer>& server) {
+std::unique_ptr<cohort::Store> make_store(int kind,
+                                          std::unique_ptr<cohort::TcpStoreServer>& server) {
   switch (kind) {
     case 0:
       return std::make_unique<cohort::MemoryStore>();
@@ -68,6 +69,7 @@ BENCHMARK(BM_Add)->DenseRange(0, 2)->UseRealTime();
 int main(int argc, char** argv) {
   return cohort::bench::benchmark_main(
       argc, argv, "store_bench",
-      "store_bench: the round-trip cost of the rendezvous stores (memory, file, TCP), what a barrier or a unique-id exchange pays per call.",
+      "store_bench: the round-trip cost of the rendezvous stores (memory, file, TCP), what a "
+      "barrier or a unique-id exchange pays per call.",
       "  store_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true\n");
 }

@@ -54,7 +54,7 @@ Spread spread(const std::vector<double>& values) {
 nlohmann::json spread_json(const Spread& s, double scale) {
   if (s.count == 0) return nullptr;
   return {{"p10", s.p10 * scale}, {"median", s.median * scale}, {"p90", s.p90 * scale},
-          {"min", s.min * scale},  {"max", s.max * scale},       {"mean", s.mean * scale},
+          {"min", s.min * scale}, {"max", s.max * scale},       {"mean", s.mean * scale},
           {"n", s.count}};
 }
 
@@ -94,7 +94,8 @@ nlohmann::json provenance(const std::string& schema, const std::vector<std::stri
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &utc);
   std::vector<std::string> distinct;
   for (const std::string& host : hosts) {
-    if (std::find(distinct.begin(), distinct.end(), host) == distinct.end()) distinct.push_back(host);
+    if (std::find(distinct.begin(), distinct.end(), host) == distinct.end())
+      distinct.push_back(host);
   }
   return {{"schema", schema},
           {"timestamp", stamp},

@@ -42,9 +42,10 @@ constexpr Flag kFlags[] = {
 };
 
 void print_help(const char* name, const char* description, const char* examples) {
-  std::printf("%s\n\nUsage: %s [FLAG=VALUE]...\n%s\nOptions (Google Benchmark's), with their "
-              "defaults:\n  %-42s %s\n",
-              description, name, examples, "-h,--help", "print this help and exit");
+  std::printf(
+      "%s\n\nUsage: %s [FLAG=VALUE]...\n%s\nOptions (Google Benchmark's), with their "
+      "defaults:\n  %-42s %s\n",
+      description, name, examples, "-h,--help", "print this help and exit");
   for (const Flag& flag : kFlags) {
     const std::string left = std::string(flag.name) + "=" + flag.value;
     std::printf("  %-42s %s [%s]\n", left.c_str(), flag.help, flag.fallback);

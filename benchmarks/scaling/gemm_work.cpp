@@ -20,8 +20,9 @@ constexpr int kSide = 1024;
 constexpr int kMaxDepth = 4096;
 
 void cublas_check(cublasStatus_t status, const char* what) {
-  COHORT_CHECK(status == CUBLAS_STATUS_SUCCESS, cohort::Error,
-               std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)));
+  COHORT_CHECK(
+      status == CUBLAS_STATUS_SUCCESS, cohort::Error,
+      std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)));
 }
 
 }  // namespace
@@ -49,12 +50,17 @@ GemmWork::GemmWork(layers::Math& math, Precision precision) : math_(math), preci
 #if COHORT_WITH_CUDA
   cuda_ = std::make_unique<Cuda>();
   cublas_check(cublasCreate(&cuda_->handle), "cublasCreate");
-  cublas_check(cublasSetStream(cuda_->handle, static_cast<cudaStream_t>(math.stream().native_handle())),
-               "cublasSetStream");
+  cublas_check(
+      cublasSetStream(cuda_->handle, static_cast<cudaStream_t>(math.stream().native_handle())),
+      "cublasSetStream");
   std::size_t element = 4;
   switch (precision) {
-    case Precision::fp32: cuda_->compute = CUBLAS_COMPUTE_32F; break;
-    case Precision::tf32: cuda_->compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+    case Precision::fp32:
+      cuda_->compute = CUBLAS_COMPUTE_32F;
+      break;
+    case Precision::tf32:
+      cuda_->compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+      break;
     case Precision::bf16:
       cuda_->data = CUDA_R_16BF;
       cuda_->compute = CUBLAS_COMPUTE_32F;
@@ -101,20 +107,28 @@ void GemmWork::run(double flops) {
 const char* GemmWork::describe(Precision precision, bool gpu) {
   if (!gpu) return "OpenBLAS FP32";
   switch (precision) {
-    case Precision::fp32: return "cuBLAS FP32";
-    case Precision::tf32: return "cuBLAS TF32 (FP32 data on tensor cores)";
-    case Precision::bf16: return "cuBLAS BF16 on tensor cores, FP32 accumulation";
-    case Precision::fp16: return "cuBLAS FP16 on tensor cores, FP32 accumulation";
+    case Precision::fp32:
+      return "cuBLAS FP32";
+    case Precision::tf32:
+      return "cuBLAS TF32 (FP32 data on tensor cores)";
+    case Precision::bf16:
+      return "cuBLAS BF16 on tensor cores, FP32 accumulation";
+    case Precision::fp16:
+      return "cuBLAS FP16 on tensor cores, FP32 accumulation";
   }
   return "?";
 }
 
 const char* to_string(Precision precision) {
   switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::tf32: return "tf32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::tf32:
+      return "tf32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "?";
 }

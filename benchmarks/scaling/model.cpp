@@ -298,8 +298,8 @@ namespace {
 struct Card {
   const char* key;
   const char* name;
-  double fp32, tf32, bf16, fp16;  // dense TFLOP/s
-  double memory_gbps;             // HBM
+  double fp32, tf32, bf16, fp16;        // dense TFLOP/s
+  double memory_gbps;                   // HBM
   double node_gbps, node_latency_us;    // all-reduce busbw in an 8-GPU node
   double cross_gbps, cross_latency_us;  // across nodes (0: no published number here)
   const char* compute_source;
@@ -330,10 +330,14 @@ const Card* card_named(const std::string& key) {
 
 double peak_of(const Card& card, Precision precision) {
   switch (precision) {
-    case Precision::fp32: return card.fp32;
-    case Precision::tf32: return card.tf32;
-    case Precision::bf16: return card.bf16;
-    case Precision::fp16: return card.fp16;
+    case Precision::fp32:
+      return card.fp32;
+    case Precision::tf32:
+      return card.tf32;
+    case Precision::bf16:
+      return card.bf16;
+    case Precision::fp16:
+      return card.fp16;
   }
   return card.fp32;
 }
@@ -444,26 +448,26 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
                              "measured here: forward and backward at " +
                                  std::to_string(rows.back().ranks) + " ranks against 1"});
       basis.deviations = rows.back().compute_deviations;
-      plan.inputs.push_back(
-          {"per-rank spread of forward and backward",
-           cohort::bench::percentile(basis.deviations, 90.0) -
-               cohort::bench::percentile(basis.deviations, 10.0),
-           "p90-p10 of (rank / mean - 1)",
-           "measured here at " + std::to_string(rows.back().ranks) +
-               " ranks; the slowest of n is extrapolated by drawing n from it"});
+      plan.inputs.push_back({"per-rank spread of forward and backward",
+                             cohort::bench::percentile(basis.deviations, 90.0) -
+                                 cohort::bench::percentile(basis.deviations, 10.0),
+                             "p90-p10 of (rank / mean - 1)",
+                             "measured here at " + std::to_string(rows.back().ranks) +
+                                 " ranks; the slowest of n is extrapolated by drawing n from it"});
     } else {
       plan.assumptions.push_back("compute slowdown and imbalance not measured (one rank): none");
     }
     basis.other_ms = one.optimizer_ms.value + one.outside_ms.value + one.exposed_ms.value;
-    plan.inputs.push_back({"optimizer and the rest of a step", basis.other_ms, "ms",
-                           "measured here at 1 rank"});
+    plan.inputs.push_back(
+        {"optimizer and the rest of a step", basis.other_ms, "ms", "measured here at 1 rank"});
     // The link under training against the link alone, at the widest count probed.
     for (auto check = checks.rbegin(); check != checks.rend(); ++check) {
       if (!check->valid || !check->probed || check->probe_comm_ms <= 0) continue;
       basis.comm_slowdown = std::max(1.0, check->step_comm_ms / check->probe_comm_ms);
-      plan.inputs.push_back({"communication slowdown under training", basis.comm_slowdown, "x",
-                             "measured here at " + std::to_string(check->ranks) +
-                                 " ranks: the step's all-reduces against the probe's (at least 1)"});
+      plan.inputs.push_back(
+          {"communication slowdown under training", basis.comm_slowdown, "x",
+           "measured here at " + std::to_string(check->ranks) +
+               " ranks: the step's all-reduces against the probe's (at least 1)"});
       break;
     }
     if (links_file.known) {
@@ -480,13 +484,14 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
       basis.across_nodes = {true, o.node_gbps, std::max(0.0, o.node_latency_us),
                             "given: --node-gbps, --node-latency-us"};
     } else if (widest.valid() && spans_nodes) {
-      basis.across_nodes = {true, widest.link_busbw_gbps(), widest.alpha_ms * 1e3,
-                            "measured here: link probe across nodes at " +
-                                std::to_string(widest.ranks) + " ranks"};
+      basis.across_nodes = {
+          true, widest.link_busbw_gbps(), widest.alpha_ms * 1e3,
+          "measured here: link probe across nodes at " + std::to_string(widest.ranks) + " ranks"};
     }
   } else if (card != nullptr) {
     if (o.target_utilization <= 0.0) {
-      plan.why_not = "--target " + target + " needs --target-utilization (the fraction of the "
+      plan.why_not = "--target " + target +
+                     " needs --target-utilization (the fraction of the "
                      "card's peak the step's compute reaches), which no run here measured";
       return basis;
     }
@@ -507,14 +512,16 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
                            "12 bytes per parameter at the published memory bandwidth (" +
                                words(card->memory_gbps, 4) + " GB/s, " + card->compute_source +
                                "); launches not modelled"});
-    plan.assumptions.push_back("no compute slowdown under communication, no imbalance and "
-                               "all-reduces as fast under training as alone (a perfectly even, "
-                               "quiet cluster: optimistic)");
+    plan.assumptions.push_back(
+        "no compute slowdown under communication, no imbalance and "
+        "all-reduces as fast under training as alone (a perfectly even, "
+        "quiet cluster: optimistic)");
     if (links_file.known) {
       basis.in_node = links_file;
     } else if (o.link_gbps > 0) {
-      basis.in_node = {true, o.link_gbps, o.link_latency_us >= 0 ? o.link_latency_us : card->node_latency_us,
-                       "given: --link-gbps" + std::string(o.link_latency_us >= 0 ? ", --link-latency-us" : "")};
+      basis.in_node = {
+          true, o.link_gbps, o.link_latency_us >= 0 ? o.link_latency_us : card->node_latency_us,
+          "given: --link-gbps" + std::string(o.link_latency_us >= 0 ? ", --link-latency-us" : "")};
     } else {
       basis.in_node = {true, card->node_gbps, card->node_latency_us,
                        std::string("published: ") + card->node_source};
@@ -532,10 +539,10 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
     return basis;
   }
   if (basis.in_node.known) {
-    plan.inputs.push_back({"all-reduce busbw in a node", basis.in_node.busbw_gbps, "GB/s",
-                           basis.in_node.source});
-    plan.inputs.push_back({"one small all-reduce in a node", basis.in_node.latency_us, "us",
-                           basis.in_node.source});
+    plan.inputs.push_back(
+        {"all-reduce busbw in a node", basis.in_node.busbw_gbps, "GB/s", basis.in_node.source});
+    plan.inputs.push_back(
+        {"one small all-reduce in a node", basis.in_node.latency_us, "us", basis.in_node.source});
   }
   if (basis.across_nodes.known) {
     plan.inputs.push_back({"all-reduce busbw across nodes", basis.across_nodes.busbw_gbps, "GB/s",
@@ -544,13 +551,15 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
                            basis.across_nodes.source});
   }
   if (!basis.in_node.known) {
-    plan.why_not = "no link in a node was measured or given (a run on one device; --links "
-                   "FILE from allreduce_bench --json, or --link-gbps)";
+    plan.why_not =
+        "no link in a node was measured or given (a run on one device; --links "
+        "FILE from allreduce_bench --json, or --link-gbps)";
     return basis;
   }
-  plan.assumptions.push_back("each bucket's all-reduce costs alpha + 2(n-1)/n x bytes / busbw, "
-                             "one after another, each issued when backward makes it ready; the "
-                             "bucket caps the library would choose on that link");
+  plan.assumptions.push_back(
+      "each bucket's all-reduce costs alpha + 2(n-1)/n x bytes / busbw, "
+      "one after another, each issued when backward makes it ready; the "
+      "bucket caps the library would choose on that link");
   plan.assumptions.push_back(plan.error_known
                                  ? "band: from the estimate to the estimate corrected by the "
                                    "model's error against the steps measured here (" +

@@ -52,10 +52,10 @@ struct Link {
 /// nodes, `links_file` an allreduce_bench --json report's in-node link (or not known).
 struct ProjectionBasis {
   ProjectionPlan plan;
-  double compute_ms = 0;   // forward and backward of one rank on the target
-  double slowdown = 1.0;   // under communication
-  double other_ms = 0;     // optimizer and the rest, one rank
-  double comm_slowdown = 1.0;  // the step's all-reduces against the probe's, under training
+  double compute_ms = 0;           // forward and backward of one rank on the target
+  double slowdown = 1.0;           // under communication
+  double other_ms = 0;             // optimizer and the rest, one rank
+  double comm_slowdown = 1.0;      // the step's all-reduces against the probe's, under training
   std::vector<double> deviations;  // per-rank relative deviation of forward and backward
   Link in_node, across_nodes;
 };

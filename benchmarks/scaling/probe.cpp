@@ -22,10 +22,12 @@ double time_run(cohort::Communicator& comm, const cohort::Stream& stream,
   stream.synchronize();
   const auto begin = std::chrono::steady_clock::now();
   std::vector<cohort::Work> works;
-  for (int i = 0; i < kPerRun; ++i) works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
+  for (int i = 0; i < kPerRun; ++i)
+    works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
   for (cohort::Work& work : works) work.wait();
   stream.synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+             .count() /
          kPerRun;
 }
 
@@ -66,8 +68,9 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   }
   if (cross) {
     for (const std::size_t bytes : sizes) {
-      add(world.cross(), std::max<std::size_t>(1, bytes / sizeof(float) /
-                                                     static_cast<std::size_t>(world.local_world_size())));
+      add(world.cross(),
+          std::max<std::size_t>(
+              1, bytes / sizeof(float) / static_cast<std::size_t>(world.local_world_size())));
     }
   }
   // Sizes interleaved within each repetition, so that a burst of load from elsewhere on the

@@ -18,21 +18,21 @@ enum class Precision { fp32, tf32, bf16, fp16 };
 
 struct Options {
   std::string workload = "mlp";
-  int ranks = 0;             // host ranks as threads (when not started by a launcher)
-  int batch_per_rank = 0;    // 0: the workload's default
-  int steps = 20;   // timed steps per rank count (at most, on host ranks: see budget_s)
-  int warmup = -1;  // -1: 3 on GPUs, 2 on host ranks
-  std::string compute = "auto";  // auto, real, simulated
+  int ranks = 0;           // host ranks as threads (when not started by a launcher)
+  int batch_per_rank = 0;  // 0: the workload's default
+  int steps = 20;          // timed steps per rank count (at most, on host ranks: see budget_s)
+  int warmup = -1;         // -1: 3 on GPUs, 2 on host ranks
+  std::string compute = "auto";    // auto, real, simulated
   std::string precision = "fp32";  // fp32, tf32, bf16, fp16 (bf16/fp16: f32 master weights)
-  double sim_tflops = 0.0;       // 0: the rate that makes a step's compute take target_step_ms
-  bool sim_tflops_given = false;  // the rate came from --sim-tflops
-  double target_step_ms = 200.0;  // simulated compute per step (forward and backward)
+  double sim_tflops = 0.0;         // 0: the rate that makes a step's compute take target_step_ms
+  bool sim_tflops_given = false;   // the rate came from --sim-tflops
+  double target_step_ms = 200.0;   // simulated compute per step (forward and backward)
   double budget_s = 60.0;  // host ranks: timed steps are cut so the run takes about this long
   // Bucket caps in MiB; 0: from the measured link (Note [Automatic bucket sizes]) unless the
   // other one is given, which then takes the library's default for this one.
   double bucket_mb = 0.0;
   double first_bucket_mb = 0.0;
-  int hidden = 1024;         // mlp workload
+  int hidden = 1024;  // mlp workload
   int layers = 8;
   // The projection (Note [Projecting to more GPUs], scaling/model.cpp): its target ("auto":
   // this device where the compute is real, none where it is simulated; "a100", "h100": the
@@ -54,12 +54,12 @@ struct Options {
 
 /// What one rank measured at one rank count, step by step (milliseconds).
 struct RankSamples {
-  std::vector<double> step_ms;       // the rank's wall time of the step
-  std::vector<double> compute_ms;    // forward and backward on the compute stream
-  std::vector<double> issue_ms;      // host time inside grad_ready (issuing the buckets)
-  std::vector<double> wait_ms;       // from the end of backward until sync_grads' wait ended
-  std::vector<double> optimizer_ms;  // the optimizer step
-  std::vector<double> outside_ms;    // the rest: launching before, synchronizing after
+  std::vector<double> step_ms;              // the rank's wall time of the step
+  std::vector<double> compute_ms;           // forward and backward on the compute stream
+  std::vector<double> issue_ms;             // host time inside grad_ready (issuing the buckets)
+  std::vector<double> wait_ms;              // from the end of backward until sync_grads' wait ended
+  std::vector<double> optimizer_ms;         // the optimizer step
+  std::vector<double> outside_ms;           // the rest: launching before, synchronizing after
   std::vector<double> comm_ms, exposed_ms;  // DataParallel's StepStats
   double bytes = 0.0;
   double collectives = 0.0;
@@ -76,11 +76,11 @@ struct Stat {
 /// Where the lost time of a step goes, in milliseconds against the 1-rank step; the five add up
 /// to the lost time exactly (Note [The breakdown], scaling/model.cpp).
 struct Breakdown {
-  Stat compute_slowdown;   // forward and backward slower than alone (contention)
-  Stat imbalance;          // waiting for the slowest rank's forward and backward
-  Stat exposed;            // communication not hidden behind backward
-  Stat optimizer_slowdown; // the optimizer step slower than alone
-  Stat outside_slowdown;   // launching and synchronizing slower than alone
+  Stat compute_slowdown;    // forward and backward slower than alone (contention)
+  Stat imbalance;           // waiting for the slowest rank's forward and backward
+  Stat exposed;             // communication not hidden behind backward
+  Stat optimizer_slowdown;  // the optimizer step slower than alone
+  Stat outside_slowdown;    // launching and synchronizing slower than alone
 };
 
 struct Row {
@@ -90,13 +90,13 @@ struct Row {
 
   Stat step_ms, compute_ms, issue_ms, wait_ms, optimizer_ms, outside_ms, comm_ms;
   Stat exposed_ms;  // the exposed part of the step itself (at 1 rank: its own sync)
-  double throughput = 0, efficiency = 0;  // samples/s; T1 / Tk (weak scaling)
+  double throughput = 0, efficiency = 0;          // samples/s; T1 / Tk (weak scaling)
   double efficiency_p10 = 0, efficiency_p90 = 0;  // from the step's p90 and p10
-  double overlap = 0;       // 1 - exposed / comm
-  double step_busbw = 0;    // GB/s: bytes x 2(k-1)/k / comm time, the collectives as they ran
+  double overlap = 0;                             // 1 - exposed / comm
+  double step_busbw = 0;  // GB/s: bytes x 2(k-1)/k / comm time, the collectives as they ran
   double bytes = 0, collectives = 0;
-  double lost_ms = 0;       // step - 1-rank step
-  Breakdown lost;           // ms; each / step_ms is its share of the step
+  double lost_ms = 0;  // step - 1-rank step
+  Breakdown lost;      // ms; each / step_ms is its share of the step
   cohort::BucketSizing buckets;
   std::vector<double> step_series;  // the slowest rank's step, every timed step (ms)
   // Per step: mean compute, imbalance, exposed, optimizer and outside of the critical rank (the
@@ -147,7 +147,7 @@ struct Input {
 struct Projection {
   int gpus = 0;
   bool valid = false;
-  std::string why_not;  // when not valid
+  std::string why_not;                                    // when not valid
   double step_ms = 0, step_low_ms = 0, step_high_ms = 0;  // the band: the model's error here
   double efficiency = 0, efficiency_low = 0, efficiency_high = 0;
   double throughput = 0;

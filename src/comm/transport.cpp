@@ -65,17 +65,19 @@ TransportChoice plan_transport(BackendChoice family, const std::optional<HostTra
     return plan;
   }
   plan.backend = host_backend_for(plan.host_transport, members_per_node);
-  const std::string forced = plan.host_transport == HostTransport::automatic
-                                 ? std::string()
-                                 : " (host transport " +
-                                       std::string(to_string(plan.host_transport)) + " asked for)";
+  const std::string forced =
+      plan.host_transport == HostTransport::automatic
+          ? std::string()
+          : " (host transport " + std::string(to_string(plan.host_transport)) + " asked for)";
   switch (plan.backend) {
     case Backend::shm:
       plan.description = "shm: shared memory among the ranks of one host (" + on + ")" + forced;
       break;
     case Backend::hierarchical:
-      plan.description = "hierarchical: shared memory within each host, Gloo over TCP between "
-                         "hosts (" + on + ")" + forced;
+      plan.description =
+          "hierarchical: shared memory within each host, Gloo over TCP between "
+          "hosts (" +
+          on + ")" + forced;
       break;
     default:
       plan.description = "gloo: Gloo over TCP between every pair of ranks (" + on + ")" +

@@ -43,8 +43,9 @@ TEST(DoctorHealth, PciRelationFollowsTheTree) {
   const std::string gpu0 = "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:07:00.0";
   const std::string nic0 = "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:08:00.0";
   const std::string far = "pci0000:00/0000:00:03.0/0000:30:00.0";
-  const std::string deep = "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:03.0/0000:05:00.0/"
-                           "0000:06:00.0/0000:09:00.0";
+  const std::string deep =
+      "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:03.0/0000:05:00.0/"
+      "0000:06:00.0/0000:09:00.0";
   EXPECT_EQ(pci_relation(gpu0, 0, nic0, 0), "PIX");
   EXPECT_EQ(pci_relation(gpu0, 0, deep, 0), "PXB");
   EXPECT_EQ(pci_relation(gpu0, 0, far, 0), "PHB");
@@ -182,7 +183,8 @@ TEST(DoctorHealth, NvmlMissingWithGpusOnTheBusIsAnError) {
   EXPECT_EQ(check_nvml(system, 0).severity, Severity::info);
 }
 
-// ---- The probes on a made-up node ----------------------------------------------------------------
+// ---- The probes on a made-up node
+// ----------------------------------------------------------------
 
 #ifdef COHORT_FAKE_NVML
 TEST(DoctorProbe, ReadsNvmlAndSysfsOfAMadeUpNode) {
@@ -276,7 +278,8 @@ TEST(DoctorProbe, NoNvmlIsSaidNotHidden) {
   probe_gpu_system(report,
                    ProbeOptions{sysfs.root().string(), "/nonexistent/libnvidia-ml.so.1", 2.0});
   EXPECT_FALSE(report.gpu_system.nvml_loaded);
-  EXPECT_TRUE(contains(report.gpu_system.nvml_problem, "cannot load")) << report.gpu_system.nvml_problem;
+  EXPECT_TRUE(contains(report.gpu_system.nvml_problem, "cannot load"))
+      << report.gpu_system.nvml_problem;
   // Two NVIDIA GPUs on the made-up bus and no driver: an error.
   EXPECT_EQ(check_nvml(report.gpu_system, 0).severity, Severity::error);
 }

@@ -43,8 +43,8 @@ TEST(DoctorSettings, AValueTheLibraryRefusesIsAnError) {
 }
 
 TEST(DoctorSettings, ValuesTheLibraryTakesAreNotFlagged) {
-  const EnvMap good = {{"COHORT_HOST_TRANSPORT", "shm"}, {"COHORT_TIMEOUT", "90s"},
-                       {"COHORT_DEBUG_COLLECTIVES", "off"}, {"COHORT_LOG_LEVEL", "debug"},
+  const EnvMap good = {{"COHORT_HOST_TRANSPORT", "shm"},      {"COHORT_TIMEOUT", "90s"},
+                       {"COHORT_DEBUG_COLLECTIVES", "off"},   {"COHORT_LOG_LEVEL", "debug"},
                        {"COHORT_STORE", "file:/shared/rdzv"}, {"COHORT_PRESET", "ci"}};
   const auto findings = check_library_settings(good);
   for (const Finding& f : findings) EXPECT_EQ(f.severity, Severity::ok) << f.topic << f.message;
@@ -71,7 +71,8 @@ TEST(DoctorSettings, SecretsAreNeverShown) {
   EXPECT_EQ(shown_value("NCCL_DEBUG", "WARN"), "WARN");
 }
 
-// ---- What will run: the library's decisions ------------------------------------------------------
+// ---- What will run: the library's decisions
+// ------------------------------------------------------
 
 TEST(DoctorTransport, TheLibraryDecidesWhichHostCommunicatorRuns) {
   using cohort::Backend;
@@ -91,9 +92,12 @@ TEST(DoctorTransport, TheLibraryDecidesWhichHostCommunicatorRuns) {
 }
 
 TEST(DoctorTransport, ReportsSharedMemoryWhereSharedMemoryRuns) {
-  const EnvMap cohortrun = {{"COHORT_RANK", "0"},          {"COHORT_WORLD_SIZE", "4"},
-                            {"COHORT_LOCAL_RANK", "0"},    {"COHORT_LOCAL_WORLD_SIZE", "4"},
-                            {"COHORT_MASTER_ADDR", "127.0.0.1"}, {"COHORT_MASTER_PORT", "29511"},
+  const EnvMap cohortrun = {{"COHORT_RANK", "0"},
+                            {"COHORT_WORLD_SIZE", "4"},
+                            {"COHORT_LOCAL_RANK", "0"},
+                            {"COHORT_LOCAL_WORLD_SIZE", "4"},
+                            {"COHORT_MASTER_ADDR", "127.0.0.1"},
+                            {"COHORT_MASTER_PORT", "29511"},
                             {"COHORT_STORE_EXTERNAL", "1"}};
   const TransportCheck check = check_transport(cohortrun, false);
   EXPECT_EQ(check.backend_name, "shm");
@@ -116,10 +120,15 @@ TEST(DoctorTransport, ReportsSharedMemoryWhereSharedMemoryRuns) {
 }
 
 TEST(DoctorTransport, TwoNodesOfTwoRunHierarchical) {
-  const EnvMap torchrun = {{"RANK", "0"},       {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "0"},
-                           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "2"},
+  const EnvMap torchrun = {{"RANK", "0"},
+                           {"WORLD_SIZE", "4"},
+                           {"LOCAL_RANK", "0"},
+                           {"LOCAL_WORLD_SIZE", "2"},
+                           {"GROUP_RANK", "0"},
+                           {"GROUP_WORLD_SIZE", "2"},
                            {"MASTER_ADDR", "node0"},
-                           {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "x"}};
+                           {"MASTER_PORT", "29500"},
+                           {"TORCHELASTIC_RUN_ID", "x"}};
   const TransportCheck check = check_transport(torchrun, false);
   EXPECT_EQ(check.backend_name, "hierarchical") << check.backend.message;
 }
@@ -134,7 +143,8 @@ TEST(DoctorTransport, StorePlanIsTheOneConnectStoreOpens) {
   const cohort::StorePlan tcp = cohort::plan_store(info, none);
   EXPECT_EQ(tcp.kind, cohort::StorePlan::Kind::tcp);
   EXPECT_TRUE(tcp.serves);
-  EXPECT_EQ(tcp.describe(), "cohort's TCP store at node0:29400 (this rank serves it), without a token");
+  EXPECT_EQ(tcp.describe(),
+            "cohort's TCP store at node0:29400 (this rank serves it), without a token");
   const cohort::EnvLookup token = [](std::string_view name) {
     return name == "COHORT_STORE_TOKEN" ? std::optional<std::string>("s3cret")
                                         : std::optional<std::string>();
@@ -149,7 +159,8 @@ TEST(DoctorTransport, StorePlanIsTheOneConnectStoreOpens) {
   EXPECT_THROW((void)cohort::plan_store(info, redis), cohort::InvalidArgument);
 }
 
-// ---- The rendezvous address ----------------------------------------------------------------------
+// ---- The rendezvous address
+// ----------------------------------------------------------------------
 
 TEST(DoctorRendezvous, AnAddressThatDoesNotResolveIsAnError) {
   RendezvousFacts facts;
@@ -189,7 +200,8 @@ TEST(DoctorRendezvous, NothingListeningIsAnErrorOnlyWhenTheLauncherShouldServe) 
   EXPECT_EQ(check_rendezvous(none, 1, false).severity, Severity::ok);
 }
 
-// ---- Across ranks --------------------------------------------------------------------------------
+// ---- Across ranks
+// --------------------------------------------------------------------------------
 
 TEST(DoctorCollectives, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor("all_reduce", 8), 1.75);
@@ -200,10 +212,9 @@ TEST(DoctorCollectives, BusFactorsAreNcclTests) {
 }
 
 TEST(DoctorCollectives, AFloorFailsSlowCollectivesAndWrongValuesFailAlways) {
-  std::vector<CollectiveResult> results = {
-      {"all_reduce", 8, 1 << 30, 9000.0, 119.3, 208.8, 0},
-      {"all_gather", 8, 1 << 30, 9000.0, 119.3, 104.4, 0},
-      {"broadcast", 8, 1 << 30, 9000.0, 119.3, 119.3, 3}};
+  std::vector<CollectiveResult> results = {{"all_reduce", 8, 1 << 30, 9000.0, 119.3, 208.8, 0},
+                                           {"all_gather", 8, 1 << 30, 9000.0, 119.3, 104.4, 0},
+                                           {"broadcast", 8, 1 << 30, 9000.0, 119.3, 119.3, 3}};
   auto findings = check_collectives(results, 150.0);
   ASSERT_EQ(findings.size(), 3u);
   EXPECT_EQ(findings[0].severity, Severity::ok);

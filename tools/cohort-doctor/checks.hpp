@@ -231,17 +231,17 @@ std::string shown_value(std::string_view name, std::string_view value);
 /// (`plan_transport`) and the store (`plan_store`); `nccl` is `resolve_backend`'s answer for a
 /// program that lets it choose (the probe asks it).
 struct TransportCheck {
-  Finding backend;  ///< "transport": the communicator that will carry collectives
-  Finding store;    ///< "store": where the ranks meet
-  std::string backend_name;  ///< "nccl", "shm", "hierarchical", "gloo"; "unknown" on error
-  std::string store_kind;    ///< "memory", "tcp", "torch", "file"; "unknown" on error
+  Finding backend;                 ///< "transport": the communicator that will carry collectives
+  Finding store;                   ///< "store": where the ranks meet
+  std::string backend_name;        ///< "nccl", "shm", "hierarchical", "gloo"; "unknown" on error
+  std::string store_kind;          ///< "memory", "tcp", "torch", "file"; "unknown" on error
   bool store_expected_up = false;  ///< a launcher already serves the store (cohortrun, torchrun)
 };
 TransportCheck check_transport(const EnvMap& environment, bool nccl);
 
 /// What resolving and connecting to the rendezvous address gave (probe_host.cpp).
 struct RendezvousFacts {
-  std::string host;    ///< empty: no address is in play (one process, file or memory store)
+  std::string host;  ///< empty: no address is in play (one process, file or memory store)
   int port = 0;
   std::string source;  ///< "MASTER_ADDR", "COHORT_MASTER_ADDR", "the launcher's default"...
   std::vector<std::string> addresses;  ///< what `host` resolved to
@@ -269,9 +269,9 @@ struct HostInventory {
   int numa_nodes = 0;
   std::uint64_t memory_total_bytes = 0;
   std::uint64_t memory_available_bytes = 0;
-  std::string os;        ///< PRETTY_NAME of /etc/os-release
-  std::string kernel;    ///< uname -r
-  std::string compiler;  ///< what built this cohort-doctor
+  std::string os;                                              ///< PRETTY_NAME of /etc/os-release
+  std::string kernel;                                          ///< uname -r
+  std::string compiler;                                        ///< what built this cohort-doctor
   std::vector<std::pair<std::string, std::string>> libraries;  ///< name, version
 };
 
@@ -350,7 +350,8 @@ struct GpuSystem {
   std::vector<std::vector<int>> nvml_topology;
   int nvidia_pci_devices = -1;  ///< display controllers of vendor 0x10de in sysfs; -1 unknown
   std::vector<Nic> nics;
-  std::optional<std::string> peer_memory_module;  ///< "nvidia_peermem", "nv_peer_mem"; nullopt: none
+  std::optional<std::string>
+      peer_memory_module;  ///< "nvidia_peermem", "nv_peer_mem"; nullopt: none
 };
 
 /// NVIDIA's throttle reasons in words ("hardware thermal slowdown", ...), idle left out.
@@ -404,7 +405,8 @@ struct CollectiveResult {
 double bus_factor(std::string_view name, int ranks);
 
 /// Wrong values are an error; busbw below `floor_gbps` (when above 0) an error naming the floor.
-std::vector<Finding> check_collectives(std::span<const CollectiveResult> results, double floor_gbps);
+std::vector<Finding> check_collectives(std::span<const CollectiveResult> results,
+                                       double floor_gbps);
 
 /// What each rank found, as rank 0 gathers it under a launcher.
 struct RankSummary {

@@ -29,16 +29,18 @@ std::vector<Finding> check_collectives(std::span<const CollectiveResult> results
     if (r.wrong > 0) {
       finding.severity = Severity::error;
       finding.message += "; " + std::to_string(r.wrong) + " WRONG values";
-      finding.advice = "the transport corrupts data: run allreduce_bench -c 1 on the same ranks "
-                       "and report it";
+      finding.advice =
+          "the transport corrupts data: run allreduce_bench -c 1 on the same ranks "
+          "and report it";
     } else if (floor_gbps > 0.0 && r.ranks > 1 && r.busbw_gbps < floor_gbps) {
       char floor[96];
       std::snprintf(floor, sizeof(floor), "; below the floor of %.3g GB/s (--min-busbw): FAIL",
                     floor_gbps);
       finding.severity = Severity::error;
       finding.message += floor;
-      finding.advice = "compare with allreduce_bench on the same ranks; check the links above "
-                       "(PCIe width, NVLinks down, RDMA ports) and NCCL_DEBUG=INFO";
+      finding.advice =
+          "compare with allreduce_bench on the same ranks; check the links above "
+          "(PCIe width, NVLinks down, RDMA ports) and NCCL_DEBUG=INFO";
     } else if (floor_gbps > 0.0 && r.ranks > 1) {
       char floor[64];
       std::snprintf(floor, sizeof(floor), "; floor %.3g GB/s: pass", floor_gbps);

@@ -43,10 +43,10 @@ std::string lower(std::string_view text) {
 std::vector<std::string> throttle_reason_names(std::uint64_t reasons) {
   // NVML's nvmlClocksThrottleReason* (nvmlClocksEventReason*) bits.
   static const std::pair<std::uint64_t, const char*> kNames[] = {
-      {0x2, "application clocks setting"},   {0x4, "software power cap"},
-      {0x8, "hardware slowdown"},            {0x10, "sync boost"},
-      {0x20, "software thermal slowdown"},   {0x40, "hardware thermal slowdown"},
-      {0x80, "hardware power brake"},        {0x100, "display clock setting"}};
+      {0x2, "application clocks setting"}, {0x4, "software power cap"},
+      {0x8, "hardware slowdown"},          {0x10, "sync boost"},
+      {0x20, "software thermal slowdown"}, {0x40, "hardware thermal slowdown"},
+      {0x80, "hardware power brake"},      {0x100, "display clock setting"}};
   std::vector<std::string> names;
   for (const auto& [bit, name] : kNames) {
     if ((reasons & bit) != 0) names.emplace_back(name);
@@ -54,8 +54,7 @@ std::vector<std::string> throttle_reason_names(std::uint64_t reasons) {
   return names;
 }
 
-std::string pci_relation(std::string_view path_a, int numa_a, std::string_view path_b,
-                         int numa_b) {
+std::string pci_relation(std::string_view path_a, int numa_a, std::string_view path_b, int numa_b) {
   if (path_a.empty() || path_b.empty()) return "?";
   const auto a = components(path_a);
   const auto b = components(path_b);
@@ -115,12 +114,23 @@ std::vector<std::vector<std::string>> link_matrix(const GpuSystem& system) {
       if (relation == "?" && i < system.nvml_topology.size() &&
           j < system.nvml_topology[i].size()) {
         switch (system.nvml_topology[i][j]) {
-          case 10: relation = "PIX"; break;
-          case 20: relation = "PXB"; break;
-          case 30: relation = "PHB"; break;
-          case 40: relation = "NODE"; break;
-          case 50: relation = "SYS"; break;
-          default: break;
+          case 10:
+            relation = "PIX";
+            break;
+          case 20:
+            relation = "PXB";
+            break;
+          case 30:
+            relation = "PHB";
+            break;
+          case 40:
+            relation = "NODE";
+            break;
+          case 50:
+            relation = "SYS";
+            break;
+          default:
+            break;
         }
       }
       matrix[i].push_back(relation);
@@ -141,8 +151,9 @@ Finding check_nvml(const GpuSystem& system, int cuda_gpu_count) {
       finding.severity = Severity::warn;
       finding.message += "; the PCI bus has " + std::to_string(system.nvidia_pci_devices) +
                          " NVIDIA GPUs: the driver does not see them all";
-      finding.advice = "check `dmesg` for NVRM errors and `nvidia-smi -q`; a GPU that fell off "
-                       "the bus needs a reset or a reboot";
+      finding.advice =
+          "check `dmesg` for NVRM errors and `nvidia-smi -q`; a GPU that fell off "
+          "the bus needs a reset or a reboot";
     }
     return finding;
   }
@@ -155,8 +166,9 @@ Finding check_nvml(const GpuSystem& system, int cuda_gpu_count) {
   } else if (cuda_gpu_count > 0) {
     finding.severity = Severity::warn;
     finding.message += "; CUDA sees GPUs, so their health (ECC, links, clocks) is not checked";
-    finding.advice = "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
-                     "with the utility capability)";
+    finding.advice =
+        "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
+        "with the utility capability)";
   } else {
     finding.severity = Severity::info;
     finding.message += "; no NVIDIA GPU on the PCI bus";
@@ -205,10 +217,9 @@ std::optional<Finding> check_nvlinks(const GpuHealth& gpu) {
       down += std::to_string(link.link);
     }
   }
-  Finding finding{Severity::ok, gpu_topic(gpu, "NVLink"),
-                  std::to_string(active) + " of " + std::to_string(gpu.nvlinks.size()) +
-                      " links active",
-                  ""};
+  Finding finding{
+      Severity::ok, gpu_topic(gpu, "NVLink"),
+      std::to_string(active) + " of " + std::to_string(gpu.nvlinks.size()) + " links active", ""};
   if (active > 0 && !down.empty()) {
     finding.severity = Severity::warn;
     finding.message += "; link(s) " + down + " down: less bandwidth to the GPUs behind them";
@@ -244,8 +255,9 @@ Finding check_ecc(const GpuHealth& gpu) {
   if (gpu.ecc_uncorrected_volatile.value_or(0) > 0) {
     finding.severity = Severity::error;
     finding.message += ": this GPU has lost data since the driver loaded";
-    finding.advice = "do not train on it: drain the node and report it (a reset may retire the "
-                     "rows)";
+    finding.advice =
+        "do not train on it: drain the node and report it (a reset may retire the "
+        "rows)";
   } else if (gpu.ecc_uncorrected_aggregate.value_or(0) > 0) {
     finding.severity = Severity::warn;
     finding.message += ": uncorrected errors in its history";
@@ -258,8 +270,7 @@ std::optional<Finding> check_row_remapping(const GpuHealth& gpu) {
   if (!gpu.remap_supported) return std::nullopt;
   Finding finding{Severity::ok, gpu_topic(gpu, "remapped rows"),
                   std::to_string(gpu.remapped_correctable) + " for correctable and " +
-                      std::to_string(gpu.remapped_uncorrectable) +
-                      " for uncorrectable errors",
+                      std::to_string(gpu.remapped_uncorrectable) + " for uncorrectable errors",
                   ""};
   if (gpu.remap_failure) {
     finding.severity = Severity::error;
@@ -289,13 +300,13 @@ Finding check_throttle(const GpuHealth& gpu) {
   if ((reasons & harmful) != 0) {
     finding.severity = Severity::warn;
     finding.message = "held down: " + list;
-    finding.advice = "check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER); "
-                     "a GPU slowed this way slows every rank that waits for it";
+    finding.advice =
+        "check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER); "
+        "a GPU slowed this way slows every rank that waits for it";
     if (gpu.temperature_c) finding.message += " at " + std::to_string(*gpu.temperature_c) + " C";
     return finding;
   }
-  finding.message = list.empty() ? ((reasons & 0x1) != 0 ? "idle, not held down"
-                                                          : "not held down")
+  finding.message = list.empty() ? ((reasons & 0x1) != 0 ? "idle, not held down" : "not held down")
                                  : "limited by " + list;
   if (gpu.temperature_c) finding.message += "; " + std::to_string(*gpu.temperature_c) + " C";
   return finding;
@@ -307,8 +318,9 @@ std::vector<Finding> check_gpu_modes(const GpuHealth& gpu) {
     Finding f{Severity::ok, gpu_topic(gpu, "persistence"), *gpu.persistence ? "on" : "off", ""};
     if (!*gpu.persistence) {
       f.severity = Severity::info;
-      f.message = "persistence mode off: the driver sets the GPU up again for each job (slower "
-                  "start)";
+      f.message =
+          "persistence mode off: the driver sets the GPU up again for each job (slower "
+          "start)";
       f.advice = "as root: nvidia-smi -pm 1 (or run nvidia-persistenced)";
     }
     findings.push_back(std::move(f));
@@ -317,8 +329,9 @@ std::vector<Finding> check_gpu_modes(const GpuHealth& gpu) {
     Finding f{Severity::ok, gpu_topic(gpu, "MIG"), *gpu.mig ? "on" : "off", ""};
     if (*gpu.mig) {
       f.severity = Severity::warn;
-      f.message = "MIG is on: processes see GPU slices, and NCCL has no peer access between "
-                  "them";
+      f.message =
+          "MIG is on: processes see GPU slices, and NCCL has no peer access between "
+          "them";
       f.advice = "for data-parallel training on whole GPUs: nvidia-smi -i " +
                  std::to_string(gpu.index) + " -mig 0 (as root, GPU idle)";
     }
@@ -345,8 +358,8 @@ std::vector<Finding> check_infiniband(std::span<const Nic> nics, int num_nodes) 
         ++active;
         rates.insert(port.rate_gbps);
       } else {
-        down += (down.empty() ? "" : ", ") + name + " (" + port.state + ", " + port.phys_state +
-                ")";
+        down +=
+            (down.empty() ? "" : ", ") + name + " (" + port.state + ", " + port.phys_state + ")";
       }
     }
   }
@@ -355,8 +368,9 @@ std::vector<Finding> check_infiniband(std::span<const Nic> nics, int num_nodes) 
     ports_finding.severity = active == 0 && num_nodes > 1 ? Severity::error : Severity::warn;
     ports_finding.message = std::to_string(active) + " of " + std::to_string(ports) +
                             " ports active; not active: " + down;
-    ports_finding.advice = "ibstat; a port in Polling has no link (cable, switch port), one in "
-                           "INIT waits for the subnet manager";
+    ports_finding.advice =
+        "ibstat; a port in Polling has no link (cable, switch port), one in "
+        "INIT waits for the subnet manager";
   }
   findings.push_back(std::move(ports_finding));
   if (rates.size() > 1) {

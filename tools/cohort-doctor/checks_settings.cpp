@@ -21,12 +21,14 @@ namespace {
 
 /// The variables the library reads (include/cohort/core/env.hpp), for "did you mean".
 constexpr std::array<std::string_view, 22> kLibraryVariables = {
-    env::kLogLevel,     env::kTimeout,        env::kDebugCollectives, env::kAllowSharedGpu,
-    env::kDebugStreams, env::kHostTransport,  env::kStore,            env::kStoreToken,
-    env::kStoreExternal, env::kRank,          env::kWorldSize,        env::kLocalRank,
-    env::kLocalWorldSize, env::kNodeRank,     env::kNumNodes,         env::kMasterAddr,
-    env::kMasterPort,   env::kRunId,          env::kRestartCount,     env::kCheckpointCrashAt,
-    env::kPython,       env::kTestBinaryDir};
+    env::kLogLevel,       env::kTimeout,           env::kDebugCollectives,
+    env::kAllowSharedGpu, env::kDebugStreams,      env::kHostTransport,
+    env::kStore,          env::kStoreToken,        env::kStoreExternal,
+    env::kRank,           env::kWorldSize,         env::kLocalRank,
+    env::kLocalWorldSize, env::kNodeRank,          env::kNumNodes,
+    env::kMasterAddr,     env::kMasterPort,        env::kRunId,
+    env::kRestartCount,   env::kCheckpointCrashAt, env::kPython,
+    env::kTestBinaryDir};
 
 /// Levenshtein distance, for names a letter or two off.
 std::size_t edit_distance(std::string_view a, std::string_view b) {
@@ -74,10 +76,9 @@ std::vector<Finding> check_library_settings(const EnvMap& environment) {
   if (present(env::kTimeout)) {
     try {
       const auto timeout = env::parse_duration(env::kTimeout, *value_of(env::kTimeout));
-      findings.push_back(Finding{Severity::ok, std::string(env::kTimeout),
-                                 "collective and rendezvous deadline " +
-                                     env::describe_duration(timeout),
-                                 ""});
+      findings.push_back(
+          Finding{Severity::ok, std::string(env::kTimeout),
+                  "collective and rendezvous deadline " + env::describe_duration(timeout), ""});
     } catch (const std::exception& error) {
       findings.push_back(refused(env::kTimeout, error));
     }
@@ -88,8 +89,8 @@ std::vector<Finding> check_library_settings(const EnvMap& environment) {
         "cohort refuses it: '" + *value_of(env::kLogLevel) + "' is not a log level (init() fails)",
         "set error, warn, info or debug"});
   }
-  for (const std::string_view name : {env::kDebugCollectives, env::kAllowSharedGpu,
-                                      env::kDebugStreams, env::kStoreExternal}) {
+  for (const std::string_view name :
+       {env::kDebugCollectives, env::kAllowSharedGpu, env::kDebugStreams, env::kStoreExternal}) {
     if (!present(name)) continue;
     try {
       (void)env::parse_bool(name, *value_of(name));
@@ -141,10 +142,10 @@ std::vector<Finding> check_library_settings(const EnvMap& environment) {
       }
     }
     if (!nearest.empty()) {
-      findings.push_back(Finding{Severity::warn, name,
-                                 name + " is not a variable cohort reads (did you mean " +
-                                     std::string(nearest) + "?)",
-                                 "rename it to " + std::string(nearest)});
+      findings.push_back(Finding{
+          Severity::warn, name,
+          name + " is not a variable cohort reads (did you mean " + std::string(nearest) + "?)",
+          "rename it to " + std::string(nearest)});
     }
   }
   return findings;
@@ -180,17 +181,18 @@ TransportCheck check_transport(const EnvMap& environment, bool nccl) {
   // The ranks per node the launch describes: an even spread, as launchers make it.
   std::vector<int> members(static_cast<std::size_t>(std::max(1, info.num_nodes)),
                            std::max(1, info.local_world_size));
-  if (info.num_nodes <= 1) members = {std::max(1, std::min(info.world_size, info.local_world_size))};
+  if (info.num_nodes <= 1)
+    members = {std::max(1, std::min(info.world_size, info.local_world_size))};
   try {
-    const TransportChoice plan =
-        plan_transport(nccl ? BackendChoice::nccl : BackendChoice::host, std::nullopt, lookup,
-                       members);
+    const TransportChoice plan = plan_transport(nccl ? BackendChoice::nccl : BackendChoice::host,
+                                                std::nullopt, lookup, members);
     check.backend_name = std::string(to_string(plan.backend));
     check.backend.message = "collectives will run on " + plan.description;
     if (plan.backend == Backend::gloo && info.num_nodes <= 1 && info.world_size > 1) {
       check.backend.severity = Severity::warn;
-      check.backend.message += ": TCP loopback within one host, several times slower than "
-                               "shared memory";
+      check.backend.message +=
+          ": TCP loopback within one host, several times slower than "
+          "shared memory";
       check.backend.advice = "unset COHORT_HOST_TRANSPORT (or set it to auto or shm)";
     }
   } catch (const std::exception& error) {
@@ -207,8 +209,8 @@ TransportCheck check_transport(const EnvMap& environment, bool nccl) {
   }
   try {
     const StorePlan store = plan_store(info, lookup);
-    check.store_kind = store.kind == StorePlan::Kind::memory ? "memory"
-                       : store.kind == StorePlan::Kind::tcp  ? "tcp"
+    check.store_kind = store.kind == StorePlan::Kind::memory  ? "memory"
+                       : store.kind == StorePlan::Kind::tcp   ? "tcp"
                        : store.kind == StorePlan::Kind::torch ? "torch"
                                                               : "file";
     check.store.message = "ranks meet through " + store.describe();
@@ -230,11 +232,16 @@ TransportCheck check_transport(const EnvMap& environment, bool nccl) {
 
 std::string_view to_string(RendezvousFacts::Reach reach) noexcept {
   switch (reach) {
-    case RendezvousFacts::Reach::not_tried: return "not tried";
-    case RendezvousFacts::Reach::open: return "open";
-    case RendezvousFacts::Reach::refused: return "refused";
-    case RendezvousFacts::Reach::timed_out: return "timed out";
-    case RendezvousFacts::Reach::failed: return "failed";
+    case RendezvousFacts::Reach::not_tried:
+      return "not tried";
+    case RendezvousFacts::Reach::open:
+      return "open";
+    case RendezvousFacts::Reach::refused:
+      return "refused";
+    case RendezvousFacts::Reach::timed_out:
+      return "timed out";
+    case RendezvousFacts::Reach::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -252,8 +259,9 @@ Finding check_rendezvous(const RendezvousFacts& facts, int num_nodes, bool store
     finding.message = address + " does not resolve" +
                       (facts.resolve_error.empty() ? std::string() : ": " + facts.resolve_error) +
                       "; every rank's connection to the store fails";
-    finding.advice = "set MASTER_ADDR (--master-addr) to a name or address every node resolves "
-                     "(check /etc/hosts or DNS on this node)";
+    finding.advice =
+        "set MASTER_ADDR (--master-addr) to a name or address every node resolves "
+        "(check /etc/hosts or DNS on this node)";
     return finding;
   }
   std::string resolved;
@@ -286,8 +294,9 @@ Finding check_rendezvous(const RendezvousFacts& facts, int num_nodes, bool store
   if (store_expected_up) {
     finding.severity = Severity::error;
     finding.message += ", though the launcher should be serving the store";
-    finding.advice = "check that the launcher on node 0 is running, that the port is not "
-                     "firewalled, and that MASTER_PORT is the same on every node";
+    finding.advice =
+        "check that the launcher on node 0 is running, that the port is not "
+        "firewalled, and that MASTER_PORT is the same on every node";
   } else {
     finding.severity = Severity::info;
     finding.message += ": normal before the job starts (rank 0 starts the store)";

@@ -23,7 +23,8 @@ namespace {
 /// f32 memory on the world's device (CUDA memory for NCCL, host memory otherwise).
 class Memory {
  public:
-  Memory(Device device, std::size_t count) : device_(device), count_(std::max<std::size_t>(count, 1)) {
+  Memory(Device device, std::size_t count)
+      : device_(device), count_(std::max<std::size_t>(count, 1)) {
     if (device.is_host()) {
       host_.assign(count_, 0.0f);
       return;
@@ -44,7 +45,9 @@ class Memory {
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
 
-  float* data() { return device_.is_host() ? host_.data() : device_data_; }
+  float* data() {
+    return device_.is_host() ? host_.data() : device_data_;
+  }
   TensorView view(std::size_t offset, std::size_t count) {
     return TensorView(data() + offset, count, DType::f32, device_);
   }
@@ -140,7 +143,8 @@ std::vector<CollectiveResult> run_collectives(World& world, std::size_t bytes, i
          }
          return wrong;
        }},
-      {"all_gather", [&] { input.upload(pattern(me, static_cast<std::size_t>(me) * share, share)); },
+      {"all_gather",
+       [&] { input.upload(pattern(me, static_cast<std::size_t>(me) * share, share)); },
        [&] { return comm.all_gather(input.view(0, share), output.view(0, total), stream); },
        [&] {
          const auto got = output.download(total);
@@ -211,9 +215,9 @@ std::vector<CollectiveResult> run_collectives(World& world, std::size_t bytes, i
     result.ranks = n;
     result.bytes = total * sizeof(float);
     result.time_us = medians[k];
-    result.algbw_gbps = result.time_us > 0 ? static_cast<double>(result.bytes) /
-                                                 (result.time_us * 1e-6) / 1e9
-                                           : 0.0;
+    result.algbw_gbps = result.time_us > 0
+                            ? static_cast<double>(result.bytes) / (result.time_us * 1e-6) / 1e9
+                            : 0.0;
     result.busbw_gbps = result.algbw_gbps * bus_factor(result.name, n);
     result.wrong = static_cast<std::uint64_t>(wrongs[k]);
     results.push_back(std::move(result));

@@ -86,8 +86,9 @@ RankSummary summary_from_json(const nlohmann::json& in) {
   summary.errors = in.at("errors");
   summary.warnings = in.at("warnings");
   for (const auto& p : in.at("problems")) {
-    summary.problems.push_back(Finding{p.at("severity") == "error" ? Severity::error : Severity::warn,
-                                       p.at("topic"), p.at("message"), p.at("advice")});
+    summary.problems.push_back(
+        Finding{p.at("severity") == "error" ? Severity::error : Severity::warn, p.at("topic"),
+                p.at("message"), p.at("advice")});
   }
   summary.fingerprint = in.at("fingerprint").get<std::map<std::string, std::string>>();
   return summary;
@@ -109,11 +110,15 @@ int run_alone(const Options& options) {
     const std::size_t bytes = *cli::size_bytes(options.bytes);
     std::vector<CollectiveResult> results;
     cohort::WorldOptions world_options;
-    world_options.timeout = std::chrono::milliseconds(static_cast<long long>(options.timeout_s * 1e3));
-    cohort::run_local(std::max(1, options.ranks), [&](cohort::World& world) {
-      auto mine = run_collectives(world, bytes, options.iters);
-      if (world.rank() == 0) results = std::move(mine);
-    }, world_options);
+    world_options.timeout =
+        std::chrono::milliseconds(static_cast<long long>(options.timeout_s * 1e3));
+    cohort::run_local(
+        std::max(1, options.ranks),
+        [&](cohort::World& world) {
+          auto mine = run_collectives(world, bytes, options.iters);
+          if (world.rank() == 0) results = std::move(mine);
+        },
+        world_options);
     report.collectives = std::move(results);
   }
   const std::vector<Finding> findings = diagnose(report);
@@ -153,9 +158,9 @@ int run_launched(const Options& options, const cohort::LaunchInfo& launch) {
   cohort::StoreGroup group(std::make_shared<cohort::PrefixStore>("cohort-doctor", store),
                            launch.rank, launch.world_size, timeout);
   const std::string report_text =
-      launch.local_rank == 0 ? (options.json ? to_json(report, findings).dump()
-                                             : render_text(report, findings))
-                             : std::string();
+      launch.local_rank == 0
+          ? (options.json ? to_json(report, findings).dump() : render_text(report, findings))
+          : std::string();
   const auto summaries = group.all_gather(
       "summary", summary_json(world ? &*world : nullptr, launch, report, findings).dump());
   int status = exit_status(findings);
@@ -169,7 +174,8 @@ int run_launched(const Options& options, const cohort::LaunchInfo& launch) {
   const auto reports = group.all_gather("report", report_text);
   if (launch.rank == 0) {
     std::vector<RankSummary> ranks;
-    for (const std::string& text : summaries) ranks.push_back(summary_from_json(nlohmann::json::parse(text)));
+    for (const std::string& text : summaries)
+      ranks.push_back(summary_from_json(nlohmann::json::parse(text)));
     const Finding agreement = check_nodes_agree(ranks);
     int worst = 0;
     for (const RankSummary& r : ranks) worst = std::max(worst, r.exit_status);
@@ -257,10 +263,11 @@ int main(int argc, char** argv) {
     }
   }
   if (launched && app.count("--ranks") > 0) {
-    return cli::usage_error(app, "--ranks starts host ranks as threads, but this process was "
-                                 "started by a launcher (" +
-                                     std::string(cohort::to_string(launch->launcher)) +
-                                     "), which chose the ranks: drop --ranks");
+    return cli::usage_error(app,
+                            "--ranks starts host ranks as threads, but this process was "
+                            "started by a launcher (" +
+                                std::string(cohort::to_string(launch->launcher)) +
+                                "), which chose the ranks: drop --ranks");
   }
 
   try {

@@ -11,18 +11,18 @@
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <gnu/libc-version.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
-#include <fcntl.h>
-#include <gnu/libc-version.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,7 +142,6 @@ ResourceLimit resource_limit(int resource) {
   return ResourceLimit{value(limit.rlim_cur), value(limit.rlim_max)};
 }
 
-
 /// The value of `key` in "key : value" lines (/proc/cpuinfo) or "key: value kB" (/proc/meminfo).
 std::string field(const std::string& line, std::string_view key) {
   if (!line.starts_with(key)) return {};
@@ -165,10 +164,10 @@ HostInventory read_inventory() {
   }
   inventory.sockets = std::max<int>(1, static_cast<int>(sockets.size()));
   std::error_code error;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/sys/devices/system/node", error)) {
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/node", error)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("node") && name.size() > 4 && std::isdigit(static_cast<unsigned char>(name[4]))) {
+    if (name.starts_with("node") && name.size() > 4 &&
+        std::isdigit(static_cast<unsigned char>(name[4]))) {
       ++inventory.numa_nodes;
     }
   }
@@ -207,10 +206,10 @@ HostInventory read_inventory() {
   inventory.libraries.emplace_back("cohort", cohort::version());
   inventory.libraries.emplace_back("glibc", gnu_get_libc_version());
   inventory.libraries.emplace_back("CLI11", CLI11_VERSION);
-  inventory.libraries.emplace_back(
-      "nlohmann-json", std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
-                           std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
-                           std::to_string(NLOHMANN_JSON_VERSION_PATCH));
+  inventory.libraries.emplace_back("nlohmann-json",
+                                   std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
+                                       std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
+                                       std::to_string(NLOHMANN_JSON_VERSION_PATCH));
   return inventory;
 }
 
@@ -233,18 +232,20 @@ RendezvousFacts probe_rendezvous(const EnvMap& environment, double timeout_s) {
     if (store.kind == StorePlan::Kind::tcp || store.kind == StorePlan::Kind::torch) {
       facts.host = store.host;
       facts.port = store.port;
-      facts.source = source_of(env::kMasterAddr, "MASTER_ADDR");
+      facts.source = source_of(env::kMasterAddr, env::kTorchMasterAddr);
     }
   } catch (const std::exception&) {
     // The launcher and store findings say what is wrong; the address may still be checked.
   }
   if (facts.host.empty()) {
     // A single process uses no address, but one set for the jobs to come is checked too.
-    const auto host = lookup(env::kMasterAddr) ? lookup(env::kMasterAddr) : lookup("MASTER_ADDR");
+    const auto host =
+        lookup(env::kMasterAddr) ? lookup(env::kMasterAddr) : lookup(env::kTorchMasterAddr);
     if (!host) return facts;
     facts.host = *host;
-    facts.source = source_of(env::kMasterAddr, "MASTER_ADDR") + ", set for jobs to come";
-    const auto port = lookup(env::kMasterPort) ? lookup(env::kMasterPort) : lookup("MASTER_PORT");
+    facts.source = source_of(env::kMasterAddr, env::kTorchMasterAddr) + ", set for jobs to come";
+    const auto port =
+        lookup(env::kMasterPort) ? lookup(env::kMasterPort) : lookup(env::kTorchMasterPort);
     facts.port = port ? std::atoi(port->c_str()) : 29500;
   }
   addrinfo hints{};
@@ -261,8 +262,10 @@ RendezvousFacts probe_rendezvous(const EnvMap& environment, double timeout_s) {
     std::array<char, INET6_ADDRSTRLEN> text{};
     const void* address =
         entry->ai_family == AF_INET
-            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr)
-            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
+            ? static_cast<const void*>(
+                  &reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr)
+            : static_cast<const void*>(
+                  &reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
     if (inet_ntop(entry->ai_family, address, text.data(), static_cast<socklen_t>(text.size())) !=
             nullptr &&
         std::find(facts.addresses.begin(), facts.addresses.end(), text.data()) ==

@@ -202,29 +202,30 @@ std::string sysfs_bus_id(const NvmlPciInfo& info) {
 
 void probe_device(const Nvml& nvml, NvmlDevice device, GpuHealth& gpu) {
   char text[96] = {};
-  if (nvml.call<NvmlReturn (*)(NvmlDevice, char*, unsigned)>("nvmlDeviceGetName", device, text,
-                                                              static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
+          "nvmlDeviceGetName", device, text, static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
     gpu.name = text;
   }
-  if (nvml.call<NvmlReturn (*)(NvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID", device, text,
-                                                              static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(NvmlDevice, char*, unsigned)>(
+          "nvmlDeviceGetUUID", device, text, static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
     gpu.uuid = text;
   }
   NvmlPciInfo pci{};
-  if (nvml.call<NvmlReturn (*)(NvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3", device, &pci) ==
-      kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(NvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3", device,
+                                                          &pci) == kNvmlSuccess) {
     gpu.pci_bus_id = sysfs_bus_id(pci);
   }
   int major = 0, minor = 0;
   if (nvml.call<NvmlReturn (*)(NvmlDevice, int*, int*)>("nvmlDeviceGetCudaComputeCapability",
-                                                       device, &major, &minor) == kNvmlSuccess) {
+                                                        device, &major, &minor) == kNvmlSuccess) {
     gpu.compute_major = major;
     gpu.compute_minor = minor;
   }
   using UnsignedQuery = NvmlReturn (*)(NvmlDevice, unsigned*);
   unsigned gen = 0, width = 0, max_gen = 0, max_width = 0;
   const bool pcie =
-      nvml.call<UnsignedQuery>("nvmlDeviceGetCurrPcieLinkGeneration", device, &gen) == kNvmlSuccess &&
+      nvml.call<UnsignedQuery>("nvmlDeviceGetCurrPcieLinkGeneration", device, &gen) ==
+          kNvmlSuccess &&
       nvml.call<UnsignedQuery>("nvmlDeviceGetCurrPcieLinkWidth", device, &width) == kNvmlSuccess;
   if (pcie) {
     nvml.call<UnsignedQuery>("nvmlDeviceGetMaxPcieLinkGeneration", device, &max_gen);
@@ -257,8 +258,8 @@ void probe_device(const Nvml& nvml, NvmlDevice device, GpuHealth& gpu) {
     gpu.nvlinks.push_back(std::move(nvlink));
   }
   int ecc_current = 0, ecc_pending = 0;
-  if (nvml.call<NvmlReturn (*)(NvmlDevice, int*, int*)>("nvmlDeviceGetEccMode", device,
-                                                       &ecc_current, &ecc_pending) == kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(NvmlDevice, int*, int*)>(
+          "nvmlDeviceGetEccMode", device, &ecc_current, &ecc_pending) == kNvmlSuccess) {
     gpu.ecc_enabled = ecc_current != 0;
     using EccQuery = NvmlReturn (*)(NvmlDevice, int, int, unsigned long long*);
     unsigned long long count = 0;
@@ -294,9 +295,8 @@ void probe_device(const Nvml& nvml, NvmlDevice device, GpuHealth& gpu) {
     gpu.persistence = persistence != 0;
   }
   unsigned mig = 0, mig_pending = 0;
-  if (nvml.call<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>("nvmlDeviceGetMigMode", device,
-                                                                  &mig, &mig_pending) ==
-      kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(NvmlDevice, unsigned*, unsigned*)>(
+          "nvmlDeviceGetMigMode", device, &mig, &mig_pending) == kNvmlSuccess) {
     gpu.mig = mig != 0;
   }
   unsigned temperature = 0;
@@ -315,16 +315,16 @@ void probe_nvml(GpuSystem& system, const std::string& library) {
   system.nvml_loaded = true;
   char text[96] = {};
   if (nvml.call<NvmlReturn (*)(char*, unsigned)>("nvmlSystemGetDriverVersion", text,
-                                                 static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
+                                                 static_cast<unsigned>(sizeof(text))) ==
+      kNvmlSuccess) {
     system.driver_version = text;
   }
-  if (nvml.call<NvmlReturn (*)(char*, unsigned)>("nvmlSystemGetNVMLVersion", text,
-                                                 static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
+  if (nvml.call<NvmlReturn (*)(char*, unsigned)>(
+          "nvmlSystemGetNVMLVersion", text, static_cast<unsigned>(sizeof(text))) == kNvmlSuccess) {
     system.nvml_version = text;
   }
   unsigned count = 0;
-  const NvmlReturn status =
-      nvml.call<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2", &count);
+  const NvmlReturn status = nvml.call<NvmlReturn (*)(unsigned*)>("nvmlDeviceGetCount_v2", &count);
   if (status != kNvmlSuccess) {
     system.nvml_problem = "nvmlDeviceGetCount_v2 failed: " + nvml.error_string(status);
     return;
@@ -348,10 +348,9 @@ void probe_nvml(GpuSystem& system, const std::string& library) {
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (std::size_t j = 0; j < devices.size(); ++j) {
       int level = -1;
-      if (i != j &&
-          nvml.call<NvmlReturn (*)(NvmlDevice, NvmlDevice, int*)>(
-              "nvmlDeviceGetTopologyCommonAncestor", devices[i], devices[j], &level) ==
-              kNvmlSuccess) {
+      if (i != j && nvml.call<NvmlReturn (*)(NvmlDevice, NvmlDevice, int*)>(
+                        "nvmlDeviceGetTopologyCommonAncestor", devices[i], devices[j], &level) ==
+                        kNvmlSuccess) {
         system.nvml_topology[i][j] = level;
       }
     }

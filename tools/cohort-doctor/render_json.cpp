@@ -85,8 +85,7 @@ Json host_json(const Report& report) {
                {"cpu_cores_online", report.cpu_cores_online},
                {"cpu_cores_usable", report.cpu_cores_usable},
                {"interfaces", interfaces},
-               {"backend",
-                check_transport(report.environment, report.nccl_backend).backend_name}};
+               {"backend", check_transport(report.environment, report.nccl_backend).backend_name}};
   if (report.built_with_cuda) {
     host["nccl_socket_interfaces"] = nccl_socket_interfaces(report.environment, report.interfaces);
   }
@@ -131,11 +130,11 @@ Json gpu_system_json(const GpuSystem& system) {
   for (const GpuHealth& gpu : system.gpus) {
     Json nvlinks = Json::array();
     for (const NvLink& link : gpu.nvlinks) {
-      nvlinks.push_back({{"link", link.link},
-                         {"active", link.active},
-                         {"remote_bus_id", link.remote_bus_id.empty() ? Json(nullptr)
-                                                                      : Json(link.remote_bus_id)},
-                         {"remote_is_switch", link.remote_is_switch}});
+      nvlinks.push_back(
+          {{"link", link.link},
+           {"active", link.active},
+           {"remote_bus_id", link.remote_bus_id.empty() ? Json(nullptr) : Json(link.remote_bus_id)},
+           {"remote_is_switch", link.remote_is_switch}});
     }
     Json pcie = nullptr;
     if (gpu.pcie) {
@@ -146,30 +145,30 @@ Json gpu_system_json(const GpuSystem& system) {
     }
     Json reasons = nullptr;
     if (gpu.throttle_reasons) reasons = throttle_reason_names(*gpu.throttle_reasons);
-    gpus.push_back({{"index", gpu.index},
-                    {"name", gpu.name},
-                    {"uuid", gpu.uuid},
-                    {"pci_bus_id", gpu.pci_bus_id},
-                    {"pci_path", gpu.pci_path},
-                    {"numa_node", gpu.numa_node < 0 ? Json(nullptr) : Json(gpu.numa_node)},
-                    {"compute_capability", std::to_string(gpu.compute_major) + "." +
-                                               std::to_string(gpu.compute_minor)},
-                    {"pcie", pcie},
-                    {"nvlinks", nvlinks},
-                    {"ecc_enabled", optional_json(gpu.ecc_enabled)},
-                    {"ecc_uncorrected_volatile", optional_json(gpu.ecc_uncorrected_volatile)},
-                    {"ecc_uncorrected_aggregate", optional_json(gpu.ecc_uncorrected_aggregate)},
-                    {"ecc_corrected_volatile", optional_json(gpu.ecc_corrected_volatile)},
-                    {"remapped_rows",
-                     gpu.remap_supported ? Json{{"correctable", gpu.remapped_correctable},
-                                                {"uncorrectable", gpu.remapped_uncorrectable},
-                                                {"pending", gpu.remap_pending},
-                                                {"failure", gpu.remap_failure}}
-                                         : Json(nullptr)},
-                    {"throttle_reasons", reasons},
-                    {"persistence", optional_json(gpu.persistence)},
-                    {"mig", optional_json(gpu.mig)},
-                    {"temperature_c", optional_json(gpu.temperature_c)}});
+    gpus.push_back(
+        {{"index", gpu.index},
+         {"name", gpu.name},
+         {"uuid", gpu.uuid},
+         {"pci_bus_id", gpu.pci_bus_id},
+         {"pci_path", gpu.pci_path},
+         {"numa_node", gpu.numa_node < 0 ? Json(nullptr) : Json(gpu.numa_node)},
+         {"compute_capability",
+          std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor)},
+         {"pcie", pcie},
+         {"nvlinks", nvlinks},
+         {"ecc_enabled", optional_json(gpu.ecc_enabled)},
+         {"ecc_uncorrected_volatile", optional_json(gpu.ecc_uncorrected_volatile)},
+         {"ecc_uncorrected_aggregate", optional_json(gpu.ecc_uncorrected_aggregate)},
+         {"ecc_corrected_volatile", optional_json(gpu.ecc_corrected_volatile)},
+         {"remapped_rows", gpu.remap_supported ? Json{{"correctable", gpu.remapped_correctable},
+                                                      {"uncorrectable", gpu.remapped_uncorrectable},
+                                                      {"pending", gpu.remap_pending},
+                                                      {"failure", gpu.remap_failure}}
+                                               : Json(nullptr)},
+         {"throttle_reasons", reasons},
+         {"persistence", optional_json(gpu.persistence)},
+         {"mig", optional_json(gpu.mig)},
+         {"temperature_c", optional_json(gpu.temperature_c)}});
   }
   Json nics = Json::array();
   for (const Nic& nic : system.nics) {
@@ -189,8 +188,8 @@ Json gpu_system_json(const GpuSystem& system) {
   }
   return {{"nvml_loaded", system.nvml_loaded},
           {"nvml_problem", system.nvml_problem.empty() ? Json(nullptr) : Json(system.nvml_problem)},
-          {"driver_version", system.driver_version.empty() ? Json(nullptr)
-                                                           : Json(system.driver_version)},
+          {"driver_version",
+           system.driver_version.empty() ? Json(nullptr) : Json(system.driver_version)},
           {"nvidia_pci_devices",
            system.nvidia_pci_devices < 0 ? Json(nullptr) : Json(system.nvidia_pci_devices)},
           {"gpus", gpus},
@@ -224,20 +223,20 @@ nlohmann::ordered_json to_json(const Report& report, const std::vector<Finding>&
   json["environment"] = environment;
   const TransportCheck transport = check_transport(report.environment, report.nccl_backend);
   const RendezvousFacts& r = report.rendezvous;
-  json["will_run"] = {{"backend", transport.backend_name},
-                      {"description", transport.backend.message},
-                      {"store", transport.store_kind},
-                      {"store_description", transport.store.message},
-                      {"rendezvous",
-                       r.host.empty() ? Json(nullptr)
-                                      : Json{{"host", r.host},
-                                             {"port", r.port},
-                                             {"source", r.source},
-                                             {"addresses", r.addresses},
-                                             {"resolve_error", r.resolve_error.empty()
-                                                                   ? Json(nullptr)
-                                                                   : Json(r.resolve_error)},
-                                             {"reach", std::string(to_string(r.reach))}}}};
+  json["will_run"] = {
+      {"backend", transport.backend_name},
+      {"description", transport.backend.message},
+      {"store", transport.store_kind},
+      {"store_description", transport.store.message},
+      {"rendezvous", r.host.empty()
+                         ? Json(nullptr)
+                         : Json{{"host", r.host},
+                                {"port", r.port},
+                                {"source", r.source},
+                                {"addresses", r.addresses},
+                                {"resolve_error",
+                                 r.resolve_error.empty() ? Json(nullptr) : Json(r.resolve_error)},
+                                {"reach", std::string(to_string(r.reach))}}}};
   json["host"] = host_json(report);
   json["limits"] = limits_json(report);
   json["inventory"] = inventory_json(report.inventory);

@@ -202,7 +202,8 @@ void write_gpu_system(std::ostringstream& out, const Report& report) {
       return text + std::string(text.size() < width ? width - text.size() : 1, ' ');
     };
     out << "        ";
-    for (std::size_t j = 0; j < system.gpus.size(); ++j) out << padded("GPU" + std::to_string(j), 7);
+    for (std::size_t j = 0; j < system.gpus.size(); ++j)
+      out << padded("GPU" + std::to_string(j), 7);
     for (const Nic& nic : system.nics) out << padded(nic.name, 9);
     out << '\n';
     for (std::size_t i = 0; i < matrix.size(); ++i) {

@@ -50,8 +50,8 @@ std::vector<Finding> diagnose(const Report& report) {
   const TransportCheck transport = check_transport(report.environment, report.nccl_backend);
   findings.push_back(transport.backend);
   findings.push_back(transport.store);
-  findings.push_back(check_rendezvous(report.rendezvous, launch.num_nodes,
-                                      transport.store_expected_up));
+  findings.push_back(
+      check_rendezvous(report.rendezvous, launch.num_nodes, transport.store_expected_up));
 
   append(check_environment(report.environment, loaded_nccl(report)));
 

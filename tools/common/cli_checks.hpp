@@ -143,10 +143,14 @@ inline std::optional<std::size_t> size_bytes(const std::string& text) {
   if (end == text.c_str() || !std::isfinite(value)) return std::nullopt;
   const std::string unit(end);
   double scale = 1.0;
-  if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024.0;
-  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024.0 * 1024.0;
-  else if (!unit.empty() && unit != "B") return std::nullopt;
+  if (unit == "K" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "m")
+    scale = 1024.0 * 1024.0;
+  else if (unit == "G" || unit == "g")
+    scale = 1024.0 * 1024.0 * 1024.0;
+  else if (!unit.empty() && unit != "B")
+    return std::nullopt;
   const double bytes = value * scale;
   if (bytes < 1.0 || bytes > 64.0 * 1024 * 1024 * 1024 || bytes != std::floor(bytes)) {
     return std::nullopt;
@@ -159,8 +163,9 @@ inline CLI::Validator size_text() {
   return CLI::Validator(
       [](const std::string& text) -> std::string {
         return size_bytes(text) ? std::string()
-                                : "'" + text + "' is not a size from 1 byte to 64G: use a whole "
-                                               "number of bytes, or a number with K, M or G";
+                                : "'" + text +
+                                      "' is not a size from 1 byte to 64G: use a whole "
+                                      "number of bytes, or a number with K, M or G";
       },
       "SIZE");
 }

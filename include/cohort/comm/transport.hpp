@@ -36,7 +36,7 @@ Backend host_backend_for(HostTransport transport, std::span<const int> members_p
 
 /// The decision for a whole world, in words as well.
 struct TransportChoice {
-  Backend backend = Backend::gloo;  ///< of the global communicator
+  Backend backend = Backend::gloo;                          ///< of the global communicator
   HostTransport host_transport = HostTransport::automatic;  ///< as asked (host backend only)
   std::string description;  ///< "shm: shared memory among the ranks of one host (4 ranks...)"
 };
