@@ -173,11 +173,13 @@ TEST(DoctorHealth, InfinibandPortsAndRates) {
   EXPECT_EQ(check_infiniband(nics, 1)[0].severity, Severity::warn);
 }
 
-TEST(DoctorHealth, NvmlMissingWithGpusOnTheBusIsAnError) {
+TEST(DoctorHealth, NvmlMissingWithGpusOnTheBusWarns) {
   GpuSystem system;
   system.nvml_problem = "cannot load libnvidia-ml.so.1";
   system.nvidia_pci_devices = 8;
-  EXPECT_EQ(check_nvml(system, 0).severity, Severity::error);
+  const Finding missing = check_nvml(system, 0);
+  EXPECT_EQ(missing.severity, Severity::warn);
+  EXPECT_TRUE(contains(missing.advice, "--gpus all")) << missing.advice;
   system.nvidia_pci_devices = 0;
   EXPECT_EQ(check_nvml(system, 2).severity, Severity::warn);
   EXPECT_EQ(check_nvml(system, 0).severity, Severity::info);
@@ -280,8 +282,8 @@ TEST(DoctorProbe, NoNvmlIsSaidNotHidden) {
   EXPECT_FALSE(report.gpu_system.nvml_loaded);
   EXPECT_TRUE(contains(report.gpu_system.nvml_problem, "cannot load"))
       << report.gpu_system.nvml_problem;
-  // Two NVIDIA GPUs on the made-up bus and no driver: an error.
-  EXPECT_EQ(check_nvml(report.gpu_system, 0).severity, Severity::error);
+  // Two NVIDIA GPUs on the made-up bus and no driver: said, as a warning.
+  EXPECT_EQ(check_nvml(report.gpu_system, 0).severity, Severity::warn);
 }
 
 }  // namespace

@@ -366,7 +366,8 @@ std::string pci_relation(std::string_view path_a, int numa_a, std::string_view p
 /// active NVLinks between the two GPUs (or to a common NVSwitch), else the PCIe relation.
 std::vector<std::vector<std::string>> link_matrix(const GpuSystem& system);
 
-/// NVML and the PCI bus: GPUs on the bus that NVML cannot see mean a missing or broken driver.
+/// NVML and the PCI bus: GPUs on the bus that NVML cannot see mean a missing or broken driver,
+/// or a container started without its GPUs (a warning).
 Finding check_nvml(const GpuSystem& system, int cuda_gpu_count);
 /// PCIe width below the maximum is a warning (half a link is half the host bandwidth); a lower
 /// generation a note (GPUs lower it when idle: look again under load).

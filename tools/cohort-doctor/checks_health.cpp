@@ -159,16 +159,19 @@ Finding check_nvml(const GpuSystem& system, int cuda_gpu_count) {
   }
   finding.message = "NVML is not available: " + system.nvml_problem;
   if (system.nvidia_pci_devices > 0) {
-    finding.severity = Severity::error;
+    // A warning, not an error: a container started without its GPUs (no --gpus) sees the host's
+    // PCI bus but not its driver, and trains on host ranks as it should.
+    finding.severity = Severity::warn;
     finding.message += "; yet the PCI bus has " + std::to_string(system.nvidia_pci_devices) +
-                       " NVIDIA GPU(s): the driver is missing or not loaded";
-    finding.advice = "install or load the NVIDIA driver (nvidia-smi must work)";
+                       " NVIDIA GPU(s): the driver is missing or not loaded, or this container "
+                       "was started without them";
+    finding.advice = "install or load the NVIDIA driver (nvidia-smi must work); in a container, "
+                     "start it with --gpus all (the NVIDIA Container Toolkit)";
   } else if (cuda_gpu_count > 0) {
     finding.severity = Severity::warn;
     finding.message += "; CUDA sees GPUs, so their health (ECC, links, clocks) is not checked";
-    finding.advice =
-        "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
-        "with the utility capability)";
+    finding.advice = "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
+                     "with the utility capability)";
   } else {
     finding.severity = Severity::info;
     finding.message += "; no NVIDIA GPU on the PCI bus";
