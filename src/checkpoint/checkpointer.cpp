@@ -53,6 +53,14 @@ Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, bool without_
   check_no_optimizer_left_out("building a Checkpointer");
   COHORT_EXPECTS(!options.directory.empty(), "a Checkpointer needs a directory");
   COHORT_EXPECTS(options.keep_last >= 0, "keep_last must be 0 (keep all) or positive");
+  // Note [Checkpointer keys]: the n-th Checkpointer of a directory on each rank has keys of its
+  // own, so that a later one never reads an earlier one's reports.
+  const std::string directory = options.directory.lexically_normal().string();
+  const std::string base =
+      "checkpoint/" + checksum_to_hex(Checksum::of(directory.data(), directory.size()));
+  const std::int64_t instance =
+      store->add(base + "/instances/rank/" + std::to_string(dp.world().rank()), 1);
+  keys = base + "/" + std::to_string(instance);
   const Device device = dp.compute_stream().device();
   host_copy->resource = device.is_host()
                             ? std::shared_ptr<MemoryResource>(std::make_shared<HostResource>())
@@ -89,9 +97,17 @@ void Checkpointer::Impl::check_no_optimizer_left_out(const std::string& doing) c
                   "Checkpointer(dp, &optimizer, options)");
 }
 
+// Note [Checkpointer keys]
+// The ranks agree through the store under keys named by the directory and a counter of each
+// save and load. Two Checkpointers of one directory in one world (a program that builds a new
+// one for a new model, a benchmark that loads into fresh state) would otherwise reuse each
+// other's keys: a rank could read a report an earlier Checkpointer left there and choose
+// differently from the ranks that read the new one, and the ranks would then wait on different
+// collectives. Each rank counts the Checkpointers it builds for the directory (a store counter of
+// its own), and since every rank builds them in the same order (construction is collective), the
+// n-th one on every rank takes the same keys.
 std::string Checkpointer::Impl::key_prefix() const {
-  const std::string directory = options.directory.lexically_normal().string();
-  return "checkpoint/" + checksum_to_hex(Checksum::of(directory.data(), directory.size()));
+  return keys;
 }
 
 void Checkpointer::Impl::wait() {
@@ -126,8 +142,8 @@ bool Checkpointer::save_in_flight() const noexcept {
   return impl_->writing.load(std::memory_order_acquire);
 }
 
-bool Checkpointer::gathers_replicated() const noexcept {
-  return impl_->gathers_replicated();
+const std::optional<LoadReport>& Checkpointer::last_load() const noexcept {
+  return impl_->last_load;
 }
 
 void Checkpointer::wait() {
@@ -146,6 +162,7 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
   Impl& impl = *impl_;
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
+  impl.saved_or_loaded = true;  // a load from now on is a live one (Note [Start-up load])
   impl.take_snapshot(state, *impl.host_copy);
   impl.host_copy->copied->synchronize();
   impl.write_and_publish(
@@ -157,6 +174,7 @@ void Checkpointer::save_async(const TrainingState& state) {
   Impl& impl = *impl_;
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
+  impl.saved_or_loaded = true;
   impl.take_snapshot(state, *impl.host_copy);
   detail::Snapshot& snapshot = *impl.host_copy;
   // The optimizer's next step waits for the copy and, on the host, has the writer hand over what

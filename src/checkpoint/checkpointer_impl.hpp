@@ -9,7 +9,7 @@
 //   deletion.cpp      old checkpoints renamed away and deleted on a thread of their own
 //   rank_report.cpp   what the ranks tell one another through the store, encoded and checked
 //   layout.cpp        pieces, the registry as the manifest lists it, and its fingerprint
-//   checkpoint_load.cpp  check everything, agree, then write (Note [Checkpoint load])
+//   checkpoint_load.cpp  check, agree, read, agree, then write or put back (Note [Checkpoint load])
 
 #include "rank_report.hpp"
 
@@ -19,6 +19,7 @@
 #include <cohort/memory/buffer.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -124,8 +126,20 @@ std::string registry_fingerprint(const std::vector<ManifestParam>& params);
 /// Lowers the calling thread's priority (Note [Checkpoint writer priority] in checkpointer.cpp).
 void lower_thread_priority() noexcept;
 
+/// Kills this process (SIGKILL) when `COHORT_CHECKPOINT_CRASH_AT` names `point` (and this rank,
+/// or no rank); the points are the SavePoints' names and "load_read" (a load has read its slices,
+/// straight into the arenas at start-up, and not yet agreed).
+void reach_crash_point(std::string_view point, int rank);
 /// Acts on `COHORT_CHECKPOINT_CRASH_AT` and the test hook at `point`.
 void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank);
+void reach_load_point(std::string_view point, int rank);
+
+/// How a start-up load puts an array back when no checkpoint loads (Note [Putting back] in
+/// checkpoint_load.cpp); `none`: it cannot without a copy, so it is read through staging.
+enum class PutBack : std::uint8_t { none, from_peers, zeros, from_params };
+
+struct ArrayLoad;  // checkpoint_load.cpp: one array's part in one attempt to load
+struct Attempt;    // and the attempt
 
 }  // namespace detail
 
@@ -139,7 +153,7 @@ struct Checkpointer::Impl {
   /// [Checkpoint optimizer state]); `doing` names the call.
   void check_no_optimizer_left_out(const std::string& doing) const;
 
-  /// The store keys of this directory's saves and loads.
+  /// The store keys of this Checkpointer's saves and loads (Note [Checkpointer keys]).
   std::string key_prefix() const;
 
   // checkpointer.cpp
@@ -161,13 +175,35 @@ struct Checkpointer::Impl {
   void finish_deleting() noexcept;
 
   // checkpoint_load.cpp
-  /// Tries one checkpoint on every rank; returns the state, or nothing with `failure` set to
-  /// the first rank's error (the same on every rank).
-  std::optional<TrainingState> try_load(const std::filesystem::path& folder,
-                                        detail::RankReport& failure);
+  /// Whether a load now is a start-up load (Note [Start-up load]).
+  bool at_startup() const;
+  /// Tries one checkpoint on every rank; returns the state (and fills `report`), or nothing with
+  /// `failure` set to the first rank's error (the same on every rank). `wrote_arenas` is set once
+  /// a start-up attempt has written into the arenas (the same on every rank).
+  std::optional<TrainingState> try_load(const std::filesystem::path& folder, bool startup,
+                                        LoadReport& report, detail::RankReport& failure,
+                                        bool& wrote_arenas);
+  /// The checks that read no data (Note [Checkpoint load]); the manifest.
+  Manifest check_candidate(const std::filesystem::path& folder) const;
+  /// What each array of `attempt` reads where; reserves the staging memory.
+  void plan_attempt(detail::Attempt& attempt, bool startup, bool whole_in_staging);
+  /// Where element `element` of `load`'s array goes: the arena, or staging.
+  unsigned char* target_of(const detail::ArrayLoad& load, std::uint64_t element);
+  /// Reads elements `range` of `load`'s array into its target, checking every piece.
+  void read_range(const std::filesystem::path& folder, const detail::Attempt& attempt,
+                  const detail::ArrayLoad& load, detail::PieceRange range,
+                  std::vector<unsigned char>& scratch);
+  detail::PutBack put_back_of(const detail::CheckpointArray& array) const;
+  /// Puts `mine` under `key` and reads every rank's; false, with the first failure (in rank
+  /// order), unless every rank succeeded. `reports` gets them all, in rank order.
+  bool agree(const std::string& key, const detail::RankReport& mine, detail::RankReport& failure,
+             std::vector<detail::RankReport>* reports = nullptr);
+  /// After start-up attempts that wrote into the arenas and failed: puts them back (Note
+  /// [Putting back]). Collective.
+  void put_back();
+  void finish_load(LoadReport& report, std::chrono::steady_clock::time_point start);
   std::optional<TrainingState> load_latest();
   TrainingState load_folder(const std::filesystem::path& folder);
-  bool gathers_replicated() const noexcept;
 
   DataParallel& dp;
   Optimizer* optimizer;    ///< null with `without_optimizer`
@@ -176,6 +212,7 @@ struct Checkpointer::Impl {
   CheckpointOptions options;
   std::vector<detail::CheckpointArray> arrays;
   std::unique_ptr<Store> store;                 ///< this rank's own connection (the writer uses it)
+  std::string keys;  ///< key_prefix(): the directory's and this Checkpointer's (its n-th)
   std::unique_ptr<detail::Snapshot> host_copy;  ///< the one staging area, reused
   std::thread writer;
   std::atomic<bool> writing{false};  ///< the writer has not finished yet
@@ -183,6 +220,9 @@ struct Checkpointer::Impl {
   std::thread deleter;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
   std::uint64_t saves = 0;
   std::uint64_t loads = 0;
+  /// Saved, or loaded successfully: a load is no longer a start-up load (Note [Start-up load]).
+  bool saved_or_loaded = false;
+  std::optional<LoadReport> last_load;
 };
 
 }  // namespace cohort

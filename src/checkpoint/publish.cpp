@@ -17,10 +17,9 @@
 namespace cohort {
 namespace detail {
 
-void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank) {
+void reach_crash_point(std::string_view point, int rank) {
   static constexpr const char* kNames[] = {"shard_started", "shard_written", "before_rename",
-                                           "before_latest"};
-  const char* name = kNames[static_cast<int>(point)];
+                                           "before_latest", "load_read"};
   // The one variable of this layer; read at each point, as tests set it per process.
   if (const auto crash = env::text(env::kCheckpointCrashAt)) {
     const std::string& value = *crash;
@@ -28,15 +27,21 @@ void reach_save_point(const CheckpointOptions& options, SavePoint point, int ran
     const std::string at = value.substr(0, colon);
     COHORT_EXPECTS(std::find(std::begin(kNames), std::end(kNames), at) != std::end(kNames),
                    "COHORT_CHECKPOINT_CRASH_AT=" + value +
-                       ": use shard_started, shard_written, before_rename or before_latest, "
-                       "optionally followed by :<rank>");
+                       ": use shard_started, shard_written, before_rename, before_latest or "
+                       "load_read, optionally followed by :<rank>");
     const bool this_rank =
         colon == std::string::npos || value.substr(colon + 1) == std::to_string(rank);
-    if (at == name && this_rank) {
+    if (at == point && this_rank) {
       COHORT_LOG(warn) << "COHORT_CHECKPOINT_CRASH_AT=" << value << ": killing this process";
       ::raise(SIGKILL);
     }
   }
+}
+
+void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank) {
+  static constexpr const char* kNames[] = {"shard_started", "shard_written", "before_rename",
+                                           "before_latest"};
+  reach_crash_point(kNames[static_cast<int>(point)], rank);
   if (options.test_hook) options.test_hook(point);
 }
 

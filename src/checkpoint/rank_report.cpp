@@ -3,6 +3,7 @@
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/core/error.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -17,6 +18,7 @@
 //   u32  length, then that many bytes: the error message (empty when ok, never empty otherwise)
 //   u64  the file's bytes (a save's written file; 0 otherwise)
 //   u32  count, then count u64: the checksums of the file's pieces, in file order
+//   u64  x 4: a load's read bytes and nanoseconds, probe bytes and nanoseconds (zeros otherwise)
 // and nothing after. Decoding checks every length against what is left and refuses anything
 // else (a wrong format, an unknown status, an error text where none belongs, trailing bytes) with
 // a CheckpointError naming the rank that sent it, so a rank of another cohort version, or a key
@@ -25,7 +27,7 @@
 namespace cohort::detail {
 namespace {
 
-constexpr std::uint8_t kReportFormat = 1;
+constexpr std::uint8_t kReportFormat = 2;
 
 void put_u8(std::string& out, std::uint8_t value) {
   out.push_back(static_cast<char>(value));
@@ -105,7 +107,7 @@ std::string encode_report(const RankReport& report) {
   COHORT_EXPECTS(report.error.size() <= UINT32_MAX && report.piece_checksums.size() <= UINT32_MAX,
                  "a checkpoint report is limited to 4 GiB of text and 2^32 pieces");
   std::string out;
-  out.reserve(18 + report.error.size() + 8 * report.piece_checksums.size());
+  out.reserve(50 + report.error.size() + 8 * report.piece_checksums.size());
   put_u8(out, kReportFormat);
   put_u8(out, static_cast<std::uint8_t>(report.status));
   put_u32(out, static_cast<std::uint32_t>(report.error.size()));
@@ -113,6 +115,10 @@ std::string encode_report(const RankReport& report) {
   put_u64(out, report.file_bytes);
   put_u32(out, static_cast<std::uint32_t>(report.piece_checksums.size()));
   for (const std::uint64_t checksum : report.piece_checksums) put_u64(out, checksum);
+  for (const std::uint64_t value :
+       {report.read_bytes, report.read_nanoseconds, report.probe_bytes, report.probe_nanoseconds}) {
+    put_u64(out, value);
+  }
   return out;
 }
 
@@ -138,7 +144,7 @@ RankReport decode_report(std::string_view bytes, std::string_view from) {
   report.file_bytes = reader.unsigned_field(8, "the file's size");
   const std::uint64_t count = reader.unsigned_field(4, "the count of pieces");
   // Each checksum takes 8 bytes: never reserve more than the report holds.
-  if (count > reader.left() / 8) {
+  if (count > (reader.left() - std::min<std::size_t>(reader.left(), 32)) / 8) {
     reader.malformed(std::to_string(count) + " piece checksums in " +
                      std::to_string(reader.left()) + " bytes");
   }
@@ -146,6 +152,10 @@ RankReport decode_report(std::string_view bytes, std::string_view from) {
   for (std::uint64_t i = 0; i < count; ++i) {
     report.piece_checksums.push_back(reader.unsigned_field(8, "a piece's checksum"));
   }
+  report.read_bytes = reader.unsigned_field(8, "the bytes read");
+  report.read_nanoseconds = reader.unsigned_field(8, "the read's nanoseconds");
+  report.probe_bytes = reader.unsigned_field(8, "the probe's bytes");
+  report.probe_nanoseconds = reader.unsigned_field(8, "the probe's nanoseconds");
   if (reader.left() != 0) reader.malformed(std::to_string(reader.left()) + " trailing bytes");
   return report;
 }

@@ -26,6 +26,14 @@ struct RankReport {
   /// A save's report of a written file: its size and its pieces' checksums, in file order.
   std::uint64_t file_bytes = 0;
   std::vector<std::uint64_t> piece_checksums;
+  /// A load's report of its first reads (Note [Replicated reads] in checkpoint_load.cpp): the
+  /// bytes of its slices of the replicated arrays and the nanoseconds it took to read and check
+  /// them, and the bytes per rank of its all-gather probe and the nanoseconds of the faster of
+  /// its two (zeros when nothing was measured).
+  std::uint64_t read_bytes = 0;
+  std::uint64_t read_nanoseconds = 0;
+  std::uint64_t probe_bytes = 0;
+  std::uint64_t probe_nanoseconds = 0;
 
   bool ok() const noexcept { return status == ReportStatus::ok; }
   bool operator==(const RankReport&) const = default;

@@ -4,6 +4,7 @@
 
 #include "checkpoint/rank_report.hpp"  // src/: private to the checkpoint layer
 
+#include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 
@@ -11,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <regex>
 #include <string>
@@ -197,6 +200,10 @@ TEST(CheckpointReport, RoundTripsEveryField) {
   RankReport written;
   written.file_bytes = 0x0123456789abcdefULL;
   written.piece_checksums = {0, 1, UINT64_MAX, 0x8000000000000001ULL};
+  written.read_bytes = 48'000'000;
+  written.read_nanoseconds = 12'345'678;
+  written.probe_bytes = 262'144;
+  written.probe_nanoseconds = UINT64_MAX;
   EXPECT_EQ(cohort::detail::decode_report(cohort::detail::encode_report(written), "rank 1"),
             written);
   const RankReport failed = RankReport::failure(std::string("cohort: disk full\0with a NUL", 28));
@@ -223,8 +230,8 @@ TEST(CheckpointReport, MalformedReportsAreNamedErrors) {
       contains(error_of(good.substr(0, 5)), "the error's length needs 4 bytes, 3 are left"));
   EXPECT_TRUE(contains(error_of(good + "x"), "1 trailing bytes"));
   std::string other_format = good;
-  other_format[0] = 2;
-  EXPECT_TRUE(contains(error_of(other_format), "format 2, this cohort reads 1"));
+  other_format[0] = 1;  // before the load's timings
+  EXPECT_TRUE(contains(error_of(other_format), "format 1, this cohort reads 2"));
   std::string unknown_status = good;
   unknown_status[1] = 9;
   EXPECT_TRUE(contains(error_of(unknown_status), "status 9"));
@@ -232,11 +239,82 @@ TEST(CheckpointReport, MalformedReportsAreNamedErrors) {
   failed_without_text[1] = 1;
   EXPECT_TRUE(contains(error_of(failed_without_text), "a failure without an error text"));
   // A count of pieces larger than the bytes left is refused before anything is reserved.
-  std::string huge = good.substr(0, good.size() - 20);
+  std::string huge = good.substr(0, good.size() - 20 - 32);  // the checksums, the load's timings
   huge += std::string("\xff\xff\xff\x0f", 4);
   EXPECT_TRUE(contains(error_of(huge), "piece checksums in 0 bytes"));
   // The old free text is not a report.
   EXPECT_TRUE(contains(error_of("ok 4096 0000000000000007"), "malformed checkpoint report"));
+}
+
+// Note [Replicated reads]: the rest of the replicated arrays is read or all-gathered, whichever
+// the measured speeds make faster for the bytes still missing; one rank or nothing replicated
+// leaves nothing to choose; bad measurements are refused.
+TEST(ReplicatedReadChoice, TheFasterWayForTheMissingBytesWins) {
+  using cohort::choose_replicated_read;
+  using cohort::ReplicatedRead;
+  constexpr std::uint64_t kBytes = std::uint64_t{48} << 20;
+  // One rank: nothing to gather, whatever the speeds.
+  cohort::ReplicatedReadChoice choice =
+      choose_replicated_read({.ranks = 1, .replicated_bytes = kBytes});
+  EXPECT_EQ(choice.read, ReplicatedRead::read_all);
+  EXPECT_TRUE(contains(choice.why, "one rank"));
+  choice = choose_replicated_read({.ranks = 4, .replicated_bytes = 0});
+  EXPECT_EQ(choice.read, ReplicatedRead::read_all);
+  EXPECT_TRUE(contains(choice.why, "nothing replicated"));
+  // Shared storage gives each of many ranks little: the all-gather wins.
+  choice = choose_replicated_read({.ranks = 8,
+                                   .replicated_bytes = kBytes,
+                                   .read_bytes_per_second = 0.5e9,
+                                   .gather_bytes_per_second = 20e9});
+  EXPECT_EQ(choice.read, ReplicatedRead::slice_then_gather);
+  EXPECT_TRUE(contains(choice.why, "measured")) << choice.why;
+  EXPECT_TRUE(contains(choice.why, "42.00 MiB")) << choice.why;  // 7/8 of 48 MiB
+  EXPECT_TRUE(contains(choice.why, "0.50 GB/s")) << choice.why;
+  EXPECT_TRUE(contains(choice.why, "20.00 GB/s")) << choice.why;
+  EXPECT_TRUE(contains(choice.why, "8 ranks")) << choice.why;
+  // Gloo over a slow network against a page cache: reading wins.
+  choice = choose_replicated_read({.ranks = 2,
+                                   .replicated_bytes = kBytes,
+                                   .read_bytes_per_second = 8e9,
+                                   .gather_bytes_per_second = 0.1e9});
+  EXPECT_EQ(choice.read, ReplicatedRead::read_all);
+  // Equal speeds: the all-gather, which reads each byte from storage once.
+  choice = choose_replicated_read({.ranks = 4,
+                                   .replicated_bytes = kBytes,
+                                   .read_bytes_per_second = 3e9,
+                                   .gather_bytes_per_second = 3e9});
+  EXPECT_EQ(choice.read, ReplicatedRead::slice_then_gather);
+  // Just either side of the tie.
+  choice = choose_replicated_read({.ranks = 4,
+                                   .replicated_bytes = kBytes,
+                                   .read_bytes_per_second = 3.01e9,
+                                   .gather_bytes_per_second = 3e9});
+  EXPECT_EQ(choice.read, ReplicatedRead::read_all);
+  choice = choose_replicated_read({.ranks = 4,
+                                   .replicated_bytes = kBytes,
+                                   .read_bytes_per_second = 2.99e9,
+                                   .gather_bytes_per_second = 3e9});
+  EXPECT_EQ(choice.read, ReplicatedRead::slice_then_gather);
+}
+
+TEST(ReplicatedReadChoice, BadMeasurementsAreRefused) {
+  using cohort::choose_replicated_read;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& [read, gather] : std::vector<std::pair<double, double>>{
+           {0, 1e9}, {1e9, 0}, {-1, 1e9}, {nan, 1e9}, {1e9, inf}}) {
+    EXPECT_TRUE(contains(message_of<cohort::InvalidArgument>([&] {
+                           choose_replicated_read({.ranks = 2,
+                                                   .replicated_bytes = 1000,
+                                                   .read_bytes_per_second = read,
+                                                   .gather_bytes_per_second = gather});
+                         }),
+                         "finite, positive speeds"))
+        << read << " " << gather;
+  }
+  EXPECT_TRUE(
+      contains(message_of<cohort::InvalidArgument>([] { choose_replicated_read({.ranks = 0}); }),
+               "at least one rank"));
 }
 
 }  // namespace

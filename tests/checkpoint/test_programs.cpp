@@ -15,7 +15,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -131,6 +133,72 @@ TEST(DocsExample, SigtermSavesExitsWith75AndTheResumedRunEndsBitwiseEqual) {
   ASSERT_EQ(run({example, checkpoints.string(), steps}, folder.path() / "resumed.log"), 0)
       << cohort_test::read_file(folder.path() / "resumed.log");
   EXPECT_EQ(checksum_line(folder.path() / "resumed.log"), uninterrupted);
+}
+
+/// Flips one bit of `file` at byte `at`.
+void flip_bit(const fs::path& file, std::uint64_t at) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  stream.seekg(static_cast<std::streamoff>(at));
+  char byte = 0;
+  stream.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x01);
+  stream.seekp(static_cast<std::streamoff>(at));
+  stream.write(&byte, 1);
+}
+
+// kill -9 of a rank in the middle of a start-up load, after it has read its part straight into
+// its arenas (COHORT_CHECKPOINT_CRASH_AT=load_read:1): the run fails, the checkpoint on disk is
+// untouched (a load writes nothing there), and the next start loads it and ends bitwise equal to
+// the run that never stopped.
+TEST(DocsExample, KilledDuringAStartUpLoadTheNextStartLoadsAndEndsBitwiseEqual) {
+  const Programs programs;
+  if (!programs.built()) GTEST_SKIP() << "the page's program or cohortrun is not built";
+  cohort_test::TemporaryFolder folder;
+  auto train = [&](const std::string& checkpoints, const std::string& steps,
+                   const std::string& log) {
+    return run({programs.cohortrun, "--nproc-per-node", "2", programs.example,
+                (folder.path() / checkpoints).string(), steps},
+               folder.path() / log);
+  };
+  ASSERT_EQ(train("whole", "600", "whole.log"), 0);
+  const std::string uninterrupted = checksum_line(folder.path() / "whole.log");
+  ASSERT_NE(uninterrupted, "");
+  ASSERT_EQ(train("stopped", "300", "first.log"), 0);
+  ::setenv("COHORT_CHECKPOINT_CRASH_AT", "load_read:1", 1);
+  const int killed = train("stopped", "600", "killed.log");
+  ::unsetenv("COHORT_CHECKPOINT_CRASH_AT");
+  const std::string killed_log = cohort_test::read_file(folder.path() / "killed.log");
+  EXPECT_NE(killed, 0) << killed_log;
+  EXPECT_TRUE(contains(killed_log, "killing this process")) << killed_log;
+  EXPECT_EQ(checksum_line(folder.path() / "killed.log"), "") << killed_log;
+  ASSERT_EQ(train("stopped", "600", "again.log"), 0)
+      << cohort_test::read_file(folder.path() / "again.log");
+  EXPECT_EQ(checksum_line(folder.path() / "again.log"), uninterrupted);
+}
+
+// The only checkpoint is damaged (a bit flipped in a rank's file): the start-up load reads it
+// straight into the arenas, finds the bad checksum, puts the state back, and the program exits
+// with 78 saying which file is damaged and what to do, on every rank, without hanging.
+TEST(DocsExample, ADamagedOnlyCheckpointAtStartUpEndsWith78NamingTheFile) {
+  const Programs programs;
+  if (!programs.built()) GTEST_SKIP() << "the page's program or cohortrun is not built";
+  cohort_test::TemporaryFolder folder;
+  const fs::path checkpoints = folder.path() / "checkpoints";
+  ASSERT_EQ(run({programs.cohortrun, "--nproc-per-node", "2", programs.example,
+                 checkpoints.string(), "100"},
+                folder.path() / "first.log"),
+            0);
+  flip_bit(checkpoints / "step-000000000100" / "rank-1.bin", 100);
+  const auto start = std::chrono::steady_clock::now();
+  const int status = run(
+      {programs.cohortrun, "--nproc-per-node", "2", programs.example, checkpoints.string(), "200"},
+      folder.path() / "damaged.log");
+  const std::string log = cohort_test::read_file(folder.path() / "damaged.log");
+  EXPECT_EQ(status, 78) << log;
+  EXPECT_TRUE(contains(log, "rank-1.bin")) << log;
+  EXPECT_TRUE(contains(log, "fail their checksum: the file is damaged")) << log;
+  EXPECT_TRUE(contains(log, "a restart cannot fix this")) << log;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 // A checkpoint folder of another model (train_mlp with another --hidden) can never load: the run

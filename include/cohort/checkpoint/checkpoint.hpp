@@ -43,16 +43,38 @@
 /// always names a complete, fsynced checkpoint.
 ///
 /// Note [Checkpoint load]
-/// A load reads and checks everything before it changes anything: the manifest (format, registry
-/// fingerprint and layout, dtypes, optimizer rule, world size), every file's presence and size,
-/// and the checksum of every piece this rank reads. The ranks then agree through the store; only
-/// when every rank succeeded do they write parameters and state. A failure is a
-/// `CheckpointError` naming the checkpoint, the file and the problem; with `fallback` the ranks try
-/// the next older checkpoint instead. A checkpoint saved on N ranks loads on M ranks
-/// (`allow_resharding`): each rank reads the element ranges of its own shard from whichever files
-/// hold them. A replicated array is read by every rank, or, with `gather_replicated`, in slices,
-/// one per rank, that the ranks all-gather once they agree: every byte is still checked (by
-/// the rank that reads it) before anything is written.
+/// Every load first checks what costs no reading: the manifest (format, registry fingerprint and
+/// layout, dtypes, optimizer rule, world size) and every file's presence and size, and the ranks
+/// agree on it through the store; a checkpoint that fails there changes nothing. It then reads
+/// the bytes and checks the checksum of every piece each rank reads, and the ranks agree again.
+/// Two kinds of load differ in where the bytes go:
+///   - a load into live state (a rollback during training: the optimizer has stepped, or this
+///     Checkpointer has saved or loaded) reads into staging memory and writes nothing before
+///     every rank has checked every byte it read;
+///   - a start-up load (Note [Start-up load]) reads straight into the arenas and checks
+///     afterwards, and on a bad checksum puts back what it overwrote.
+/// With `fallback` a checkpoint that fails is followed by the next older one. A checkpoint saved
+/// on N ranks loads on M ranks (`allow_resharding`): each rank reads the element ranges it needs
+/// from whichever files hold them. A replicated array (the parameters, an unsharded optimizer's
+/// state) is needed whole on every rank: each rank first reads its 1/M slice of it, then either
+/// reads the rest or the ranks all-gather the slices, as measured (Note [Replicated reads] in
+/// checkpoint_load.cpp; `last_load()` says which and why).
+///
+/// Note [Start-up load]
+/// A load is a start-up load when the state holds nothing a training step wrote: the optimizer
+/// (if any) has taken no step (`steps_taken() == 0`), and this Checkpointer has neither saved
+/// nor loaded successfully. The library decides this, not the program, so a rollback can never
+/// be taken for a start-up load. It reads each array straight into the arena when what it
+/// overwrites can be put back without having copied it first, and checks it afterwards:
+///   - a replicated parameter arena on two or more ranks (broadcast at construction, so every
+///     rank holds the same values): each rank overwrites only its own slice at first, so every
+///     slice is still intact on another rank and comes back from it (two broadcasts);
+///   - the optimizer's state of a new optimizer: moments zero, master weights the parameters;
+/// anything else (parameters on one rank, device arenas, state it does not know) goes through
+/// staging as in a live load. When a checksum fails the next older checkpoint is tried (with
+/// `fallback`); when none loads, the arenas are put back as they were and the error is thrown.
+/// So even a misjudged start-up load could not lose anything: the parameters come back bitwise
+/// whatever they held, and the optimizer state is only derived when the optimizer never stepped.
 ///
 /// Note [Checkpoint copy]
 /// On a GPU a save's only stall is its copy to pinned host memory, and even that runs on a CUDA
@@ -157,10 +179,10 @@ struct CheckpointOptions {
   bool fallback = false;
   /// Load: accept a checkpoint saved on another number of ranks.
   bool allow_resharding = true;
-  /// Load: each rank reads only its slice of the replicated arrays (parameters, unsharded
-  /// optimizer state) and the ranks all-gather them, instead of every rank reading all of them.
-  /// Unset: unless the communicator is Gloo over TCP (NCCL's and the shared-memory all-gather
-  /// were faster than every rank reading all; Gloo's over TCP was slower; docs/checkpoint.md).
+  /// Load: true, each rank reads only its slice of the replicated arrays (parameters, unsharded
+  /// optimizer state) and the ranks all-gather the slices; false, every rank reads all of them.
+  /// Unset: chosen at each load from the rank count and the speeds measured there
+  /// (`choose_replicated_read`; `Checkpointer::last_load()` says what was chosen and why).
   std::optional<bool> gather_replicated = std::nullopt;
   /// Save: write each rank's file around the page cache (O_DIRECT) where the file system allows
   /// it, which saves the CPU time of copying the bytes into the page cache; a load right after
@@ -171,6 +193,61 @@ struct CheckpointOptions {
   /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with
   /// processes.
   std::function<void(SavePoint)> test_hook = nullptr;
+};
+
+/// How a load brought the replicated arrays (the parameters, an unsharded optimizer's state) to
+/// every rank.
+enum class ReplicatedRead : std::uint8_t {
+  read_all,           ///< every rank read all of them (its slice first, then the rest)
+  slice_then_gather,  ///< every rank read its slice, then the ranks all-gathered the slices
+};
+
+/// What a load's choice is made from (Note [Replicated reads] in checkpoint_load.cpp), measured
+/// by that load: every rank has just read its slice of the replicated arrays.
+struct ReplicatedReadSpeeds {
+  int ranks = 1;
+  /// Bytes of the replicated arrays: what each rank must hold.
+  std::uint64_t replicated_bytes = 0;
+  /// Of the slowest rank, reading and checksumming its slice (while the others read theirs).
+  double read_bytes_per_second = 0;
+  /// What an all-gather delivers into each rank (the bytes of the other ranks' inputs per second
+  /// of the slowest rank's all-gather).
+  double gather_bytes_per_second = 0;
+};
+
+/// The choice and the reason for it, in words.
+struct ReplicatedReadChoice {
+  ReplicatedRead read = ReplicatedRead::read_all;
+  std::string why;
+};
+
+/// Chooses how the ranks get the rest of the replicated arrays once each has read its slice:
+/// reading it costs replicated_bytes (ranks - 1) / ranks at the read speed, gathering it the same
+/// bytes at the all-gather's speed; the faster wins, ties go to the all-gather (it reads each byte
+/// from storage once). One rank, or nothing replicated: read_all, nothing to choose.
+/// @throws InvalidArgument for ranks < 1, or speeds that are not finite and positive (with ranks
+///         > 1 and bytes to move).
+ReplicatedReadChoice choose_replicated_read(const ReplicatedReadSpeeds& speeds);
+
+/// What the last load did (`Checkpointer::last_load()`).
+struct LoadReport {
+  std::filesystem::path folder;  ///< the checkpoint loaded
+  std::int64_t step = 0;
+  /// Read straight into the arenas and checked afterwards (Note [Start-up load]); else read
+  /// into staging and checked before anything was written (a live load).
+  bool at_startup = false;
+  /// Bytes read straight into the arenas, and through staging, by this rank.
+  std::uint64_t direct_bytes = 0;
+  std::uint64_t staged_bytes = 0;
+  ReplicatedReadChoice replicated;  ///< with the reason ("one rank", "gather_replicated", ...)
+  /// The measurements behind a measured choice (zeros when none was measured).
+  ReplicatedReadSpeeds speeds;
+  int candidates_failed = 0;  ///< newer checkpoints that failed their checks first
+  double seconds = 0;         ///< the whole load, on this rank
+
+  /// One line: "step-000000000004 at start-up (45.8 MiB straight into the arenas, 0 B through
+  /// staging): every rank read its slice, then all-gather: measured ...".
+  std::string describe() const;
 };
 
 class Checkpointer {
@@ -213,16 +290,18 @@ class Checkpointer {
   /// Waits for the asynchronous save in flight, if any. @throws its error.
   void wait();
 
-  /// Whether a load all-gathers slices of the replicated arrays: `gather_replicated`, or its
-  /// default for this Checkpointer's communicator.
-  bool gathers_replicated() const noexcept;
+  /// What the last successful load did: start-up or live, how the replicated arrays were read
+  /// and why (Note [Replicated reads]); nothing before one.
+  const std::optional<LoadReport>& last_load() const noexcept;
 
   /// Whether an asynchronous save is still being written.
   bool save_in_flight() const noexcept;
 
   /// Loads the checkpoint `latest` names (Note [Checkpoint load]); nothing when the directory
-  /// has none (a fresh start). Collective. On another number of ranks than the checkpoint's,
-  /// rank 0 logs what exactness to expect (Note [Resharding exactness]).
+  /// has none (a fresh start). Collective. Before the first step it is a start-up load (Note
+  /// [Start-up load]), later a live one; when it fails, the state is as it was before the call.
+  /// On another number of ranks than the checkpoint's, rank 0 logs what exactness to expect
+  /// (Note [Resharding exactness]); rank 0 logs how it read at `info` (`last_load()`).
   /// @throws UnloadableCheckpoint when it can never load into this program (another model or
   ///         optimizer, damaged, ...; all of them, with `fallback`), saying what to do;
   ///         CheckpointError when reading failed.
