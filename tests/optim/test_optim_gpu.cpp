@@ -400,8 +400,9 @@ TEST(CudaOptimizer, AdamWWithManagedStateIsBitwiseEqualToTheDevicePool) {
   const auto initial = random_values<cohort::bfloat16>(kCount, 40);
   DeviceArray<cohort::bfloat16> pool_params(initial);
   DeviceArray<cohort::bfloat16> managed_params(initial);
-  DeviceArray<float> pool_grads(std::vector<float>(kCount));
-  DeviceArray<float> managed_grads(std::vector<float>(kCount));
+  const std::vector<float> zeros(kCount);
+  DeviceArray<float> pool_grads(zeros);
+  DeviceArray<float> managed_grads(zeros);
   const cohort::AdamWOptions options{.lr = 1e-2f};
   cohort::AdamW on_pool({pool_params.view(), pool_grads.view(), stream}, options);
   const auto managed = cohort::make_managed_resource({.device = 0});
