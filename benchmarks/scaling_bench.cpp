@@ -14,7 +14,8 @@
 // Workloads: `mlp` (the MLP of examples/train_mlp), and model-shaped ones (`resnet50`,
 // `bert-large`, `gpt2-124m`: the parameter lists of the published models, layers/workloads.hpp).
 // Compute on GPUs is real: the MLP's own layers; resnet50's convolutions at the model's shapes
-// (cuDNN; its other layers as below); or TF32 GEMMs sized to each layer's FLOPs. On host
+// (cuDNN; its other layers as below); or GEMMs sized to each layer's FLOPs, every layer in one
+// math mode (layers::MathMode: FP32 here) on real-valued data. On host
 // ranks it is simulated by default: a sleep of each layer's FLOPs / --sim-tflops, reported as
 // simulated compute and never as a GPU measurement. Communication is always real.
 //

@@ -261,9 +261,10 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
                                      ? "convolutions at the model's shapes, im2col + OpenBLAS; "
                                        "other layers OpenBLAS GEMMs sized to their FLOPs"
                                      : "convolutions at the model's shapes, cuDNN FP32 (no TF32); "
-                                       "other layers cuBLAS TF32 GEMMs sized to their FLOPs")
+                                       "other layers cuBLAS FP32 GEMMs sized to their FLOPs; "
+                                       "real-valued data")
                       : (world.device().is_host() ? "OpenBLAS GEMMs sized to each layer's FLOPs"
-                                                  : "cuBLAS TF32 GEMMs sized to each layer's FLOPs");
+                                                  : "cuBLAS FP32 GEMMs sized to each layer's FLOPs");
     std::printf("# compute: real (%s)\n", how);
   }
   std::string timed;
