@@ -29,6 +29,7 @@
 // projection to 8 and 64 GPUs with the same model, alpha + 2(n-1)/n x bytes / B per bucket,
 // buckets issued as the measured backward makes them ready, alpha and B published numbers.
 
+#include "scaling/layer_plan.hpp"
 #include "scaling/measure.hpp"
 #include "scaling/probe.hpp"
 #include "scaling/report.hpp"
@@ -238,6 +239,11 @@ int main(int argc, char** argv) {
       ->check(cli::writable_file());
   app.add_option("--plot", options.plot, "draw efficiency and throughput against ranks (PNG)")
       ->check(cli::writable_file());
+  std::string layers_json;
+  app.add_option("--layers-json", layers_json,
+                 "write the step's work on one rank with real compute, layer by layer (shapes, "
+                 "math mode, optimizer), to this file and exit: what a peer runs to compare")
+      ->check(cli::writable_file());
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -260,6 +266,14 @@ int main(int argc, char** argv) {
       }
     }
     setup.batch = options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
+    if (!layers_json.empty()) {
+      const layers::MlpConfig mlp{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
+                                  .classes = 10, .dtype = cohort::DType::f32};
+      const nlohmann::json plan =
+          layer_plan(setup.workload, mlp, setup.batch, math_mode(setup), kSgdLr);
+      cli::write_file("--layers-json", layers_json, plan.dump(2) + "\n");
+      return 0;
+    }
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     auto run_world = [&](cohort::World& world) {
       Setup resolved = setup;
