@@ -18,7 +18,8 @@
 namespace {
 
 TEST(HostBlas, NamesTheKernelFamiliesWithoutAvx2) {
-  for (const char* older : {"Prescott", "PRESCOTT", "Core2", "Nehalem", "Sandybridge", "Barcelona"}) {
+  for (const char* older :
+       {"Prescott", "PRESCOTT", "Core2", "Nehalem", "Sandybridge", "Barcelona"}) {
     EXPECT_TRUE(layers::host_blas_kernels_lack_avx2(older)) << older;
   }
   for (const char* newer : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen"}) {
@@ -96,8 +97,7 @@ TEST(MathWork, FillUniformWritesBoundedSeededValuesInBothDtypes) {
                     kBound, 5);
   for (std::size_t i = 0; i < kCount; ++i) {
     // bf16 rounds to 8 significant bits: within 2^-8 of the f32 value, relatively.
-    ASSERT_NEAR(static_cast<float>(halves[i]), first[i], std::abs(first[i]) / 256.0f + 1e-30f)
-        << i;
+    ASSERT_NEAR(static_cast<float>(halves[i]), first[i], std::abs(first[i]) / 256.0f + 1e-30f) << i;
   }
 }
 
@@ -108,8 +108,8 @@ TEST(MathWork, GemmWorkShapeCoversTheFlopsAskedFor) {
     EXPECT_EQ(shape.depth % 8, 0) << flops;
     EXPECT_LE(shape.depth, 4096) << flops;
     const double done = 2.0 * shape.side * shape.side * shape.depth * shape.repeats;
-    EXPECT_NEAR(done / flops, 1.0, 0.05) << flops << " FLOPs: " << shape.repeats << " x [" << shape.side
-                                         << ", " << shape.depth << "]";
+    EXPECT_NEAR(done / flops, 1.0, 0.05) << flops << " FLOPs: " << shape.repeats << " x ["
+                                         << shape.side << ", " << shape.depth << "]";
   }
   EXPECT_EQ(layers::gemm_work_shape(1e5).repeats, 0) << "below a few MFLOP nothing is launched";
 }
