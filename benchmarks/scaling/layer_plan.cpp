@@ -1,12 +1,14 @@
 #include "scaling/layer_plan.hpp"
 
 #include "scaling/conv_work.hpp"
+#include "scaling/gemm_work.hpp"
 
 namespace scaling {
 namespace {
 
+// The GEMMs a GPU rank runs (GemmWork): the plan is for a peer on the same card.
 nlohmann::json gemm_json(double flops) {
-  const layers::GemmWorkShape shape = layers::gemm_work_shape(flops);
+  const layers::GemmWorkShape shape = GemmWork::shape(flops, /*gpu=*/true);
   if (shape.repeats == 0) return nullptr;
   return {{"side", shape.side}, {"depth", shape.depth}, {"repeats", shape.repeats}};
 }

@@ -27,15 +27,17 @@ struct Progress {
   std::atomic<double> step_s{0.0};  ///< the last step's time
 };
 
-/// The arithmetic of every layer of the step with real compute on a GPU, one setting for the
-/// GEMMs and the convolutions alike (layers::MathMode): FP32.
+/// The arithmetic of every f32 layer of the step with real compute on a GPU, one setting for the
+/// GEMMs and the convolutions alike (layers::MathMode): TF32 under --precision tf32, else FP32
+/// (bf16 and fp16 data run on tensor cores with FP32 accumulation whatever the mode).
 layers::MathMode math_mode(const Setup& setup);
 
 /// The learning rate of the step's plain SGD.
 inline constexpr float kSgdLr = 1e-4f;
 
-/// The workload's parameters, in registration order.
-cohort::ParamRegistry registry_of(const layers::Workload& workload);
+/// The workload's parameters, in registration order, in `dtype`.
+cohort::ParamRegistry registry_of(const layers::Workload& workload,
+                                  cohort::DType dtype = cohort::DType::f32);
 
 /// Runs the workload on `world` and returns this rank's samples. With `setup.budgeted`, the ranks
 /// agree after the warm-up on as many timed steps as fit `budget_per_count_s` (3 at least,
