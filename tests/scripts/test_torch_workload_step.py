@@ -64,6 +64,39 @@ class TorchWorkloadStep(unittest.TestCase):
         self.assertEqual(convs[0]["conv"], {"n": 4, "c": 3, "h": 224, "w": 224, "filters": 64,
                                             "kernel": 7, "stride": 2, "padding": 3})
 
+    def test_the_gemms_are_those_a_gpu_rank_runs(self):
+        # GemmWork on a GPU: [1024, 1024] x [1024, depth] products (depth a multiple of 8, at most
+        # 4096) covering each layer's FLOPs, forward and twice that backward.
+        _, plan = self.plan("gpt2-124m", "--batch-per-rank", "2")
+        gemms = 0
+        for layer in plan["layers"]:
+            for key, factor in (("forward_gemm", 1.0), ("backward_gemm", 2.0)):
+                gemm = layer[key]
+                if gemm is None:
+                    continue
+                gemms += 1
+                self.assertEqual(gemm["side"], 1024, layer["name"])
+                self.assertEqual(gemm["depth"] % 8, 0, layer["name"])
+                self.assertLessEqual(gemm["depth"], 4096, layer["name"])
+                done = 2.0 * gemm["side"] ** 2 * gemm["depth"] * gemm["repeats"]
+                asked = factor * layer["forward_flops"]
+                # The depth is rounded to a multiple of 8 (at least 8): off by at most 4 columns
+                # of depth per GEMM, or 8 for the smallest.
+                unit = 2.0 * gemm["side"] ** 2
+                self.assertLessEqual(abs(done - asked), unit * max(4 * gemm["repeats"], 8),
+                                     layer["name"])
+                if gemm["depth"] >= 256:
+                    self.assertAlmostEqual(done / asked, 1.0, delta=0.02, msg=layer["name"])
+        self.assertGreater(gemms, 20)
+        # The math follows --precision; the peer runs FP32 or TF32 only, so 16-bit is refused.
+        _, tf32 = self.plan("gpt2-124m", "--precision", "tf32")
+        self.assertEqual(tf32["math"], "tf32")
+        refused = subprocess.run([SCALING_BENCH, "--workload", "gpt2-124m", "--precision", "bf16",
+                                  "--layers-json", os.path.join(self.folder.name, "bf16.json")],
+                                 capture_output=True, text=True, timeout=120)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn("not --precision bf16", refused.stderr)
+
     def test_the_mlp_trains_at_cohorts_shapes(self):
         path, plan = self.plan("mlp", "--hidden", "16", "--layers", "3", "--batch-per-rank", "8")
         self.assertEqual(plan["math"], "fp32")
