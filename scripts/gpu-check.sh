@@ -11,7 +11,8 @@
 # its time, printed too), each benchmark's numbers are written as JSON under OUT, and a run cut
 # short keeps what ran:
 #   1. cohort-doctor; the CUDA runtime, NCCL and cuBLAS loaded against those compiled against
-#      (another major version: refused, nothing else runs); hooks doctor-*;
+#      (another major version: refused, nothing else runs); the doctor's GPU health through NVML
+#      and its collectives on NCCL (--collective); hooks doctor-*;
 #   2. the GPU tests (ctest -L gpu --no-tests=error, each program's results as gtest JSON);
 #   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
 #      comm and DDP suites' rank programs (bin/*_gpu_worker), and train_mlp against the host
@@ -24,7 +25,8 @@
 #   6. scaling_bench with real compute on one GPU for mlp, resnet50, gpt2-124m and bert-large
 #      (scaling-W.json), each step's shapes written out (plan-W.json) and run in PyTorch on the
 #      same card in the same math and timing (gpu/torch_workload_step.py: torch-W.json);
-#   7. without --quick: allreduce_bench's table (2 ranks), memory_bench's slow managed placements,
+#   7. without --quick: allreduce_bench's table over every collective (2 ranks), scaling_bench
+#      gpt2-124m in bf16, memory_bench's slow managed placements,
 #      compute-sanitizer on the step, sampler and layer kernels, and hello_allreduce and
 #      train_mlp across two fake hosts (network namespaces, as root: scripts/fake-cluster.sh), one
 #      NCCL rank each on the one GPU; hooks end-*.
