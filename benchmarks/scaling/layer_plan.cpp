@@ -50,9 +50,9 @@ nlohmann::json layer_plan(const layers::Workload& workload, const layers::MlpCon
     if (!is_mlp) {
       if (convs && layer.conv) {
         const layers::ConvGeometry& g = *layer.conv;
-        entry["conv"] = {{"n", batch},          {"c", g.input.c},      {"h", g.input.h},
-                         {"w", g.input.w},      {"filters", g.filters}, {"kernel", g.kernel},
-                         {"stride", g.stride},  {"padding", g.padding}};
+        entry["conv"] = {{"n", batch},         {"c", g.input.c},       {"h", g.input.h},
+                         {"w", g.input.w},     {"filters", g.filters}, {"kernel", g.kernel},
+                         {"stride", g.stride}, {"padding", g.padding}};
       } else {
         entry["forward_gemm"] = gemm_json(layer.forward_flops * batch);
         entry["backward_gemm"] = gemm_json(2.0 * layer.forward_flops * batch);
