@@ -7,9 +7,14 @@
 //   AdamW, f32 params:        read p, g, m, v; write p, m, v                     = 28 B/param
 //   AdamW, bf16 params+grads: read g(2), master, m, v; write master, m, v, p(2)  = 28 B/param
 //   SGD with momentum, f32:   read p, g, buf; write p, buf                       = 20 B/param
+//   SGD with momentum, bf16:  read g(2), master, buf; write master, buf, p(2)    = 20 B/param
 // The ceiling is a copy of a 512 MiB buffer (memcpy on the host, cudaMemcpyAsync device to device
 // on a GPU), counting 2 bytes moved per byte copied. Counters: bytes_per_second, pct_of_copy.
 // Targets: AdamW at least 50% of single-core memcpy on the host, 90% of the copy on a GPU.
+// On a GPU each timing is kStepsPerTiming steps back to back between two events (so that the
+// launch gaps between steps do not count), and pct_of_copy is the median step against the median
+// copy; counters median_step_us and copy_GBps give both (the GPU check judges pct_of_copy at 16M
+// and 64M parameters).
 
 #include <cohort/core/device.hpp>
 #include <cohort/core/float16.hpp>
@@ -21,6 +26,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -156,7 +162,15 @@ void cuda_try(cudaError_t status) {
   }
 }
 
-/// Device-to-device copy ceiling, timed with events.
+constexpr int kStepsPerTiming = 10;
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+/// Device-to-device copy ceiling, timed with events: the median of 9 after a warm-up.
 double cuda_copy_bytes_per_second(const cohort::Stream& stream) {
   static const double rate = [&] {
     void* from = nullptr;
@@ -164,22 +178,23 @@ double cuda_copy_bytes_per_second(const cohort::Stream& stream) {
     cuda_try(cudaMalloc(&from, kCopyBytes));
     cuda_try(cudaMalloc(&to, kCopyBytes));
     auto* native = static_cast<cudaStream_t>(stream.native_handle());
+    cuda_try(cudaMemsetAsync(from, 1, kCopyBytes, native));
     auto start = cohort::Event::create(stream.device(), true);
     auto end = cohort::Event::create(stream.device(), true);
-    double best = 0.0;
-    for (int i = 0; i < 6; ++i) {
+    std::vector<double> rates;
+    for (int i = 0; i < 10; ++i) {
       start.record(stream);
       cuda_try(cudaMemcpyAsync(to, from, kCopyBytes, cudaMemcpyDeviceToDevice, native));
       end.record(stream);
       end.synchronize();
       const double seconds = static_cast<double>(cohort::Event::elapsed_ms(start, end)) / 1e3;
       if (i > 0) {
-        best = std::max(best, 2.0 * static_cast<double>(kCopyBytes) / seconds);
+        rates.push_back(2.0 * static_cast<double>(kCopyBytes) / seconds);
       }
     }
     cuda_try(cudaFree(from));
     cuda_try(cudaFree(to));
-    return best;
+    return median_of(rates);
   }();
   return rate;
 }
@@ -198,8 +213,11 @@ void cuda_step(benchmark::State& state, const Options& options, double bytes_per
   cuda_try(cudaMalloc(&grads_memory, count * sizeof(Param)));
   auto* params = static_cast<Param*>(params_memory);
   auto* grads = static_cast<Param*>(grads_memory);
-  cuda_try(cudaMemset(params, 0, count * sizeof(Param)));
-  cuda_try(cudaMemset(grads, 0, count * sizeof(Param)));
+  // Real values, not zeros: 0x3c in every byte is 0.0115 as f32 and as bf16. On the optimizer's
+  // stream, which does not wait for the legacy stream.
+  auto* native = static_cast<cudaStream_t>(stream.native_handle());
+  cuda_try(cudaMemsetAsync(params, 0x3c, count * sizeof(Param), native));
+  cuda_try(cudaMemsetAsync(grads, 0x3c, count * sizeof(Param), native));
   {
     Optimizer optimizer({cohort::TensorView::of(params, count, device),
                          cohort::TensorView::of(grads, count, device), stream},
@@ -209,17 +227,28 @@ void cuda_step(benchmark::State& state, const Options& options, double bytes_per
     auto start = cohort::Event::create(device, true);
     auto end = cohort::Event::create(device, true);
     const double ceiling = cuda_copy_bytes_per_second(stream);
+    std::vector<double> step_seconds;
     double seconds = 0.0;
     for (auto _ : state) {
       start.record(stream);
-      optimizer.step();
+      for (int k = 0; k < kStepsPerTiming; ++k) {
+        optimizer.step();
+      }
       end.record(stream);
       end.synchronize();
-      const double elapsed = static_cast<double>(cohort::Event::elapsed_ms(start, end)) / 1e3;
-      state.SetIterationTime(elapsed);
-      seconds += elapsed;
+      const double per_step =
+          static_cast<double>(cohort::Event::elapsed_ms(start, end)) / 1e3 / kStepsPerTiming;
+      state.SetIterationTime(per_step);
+      step_seconds.push_back(per_step);
+      seconds += per_step;
     }
     report(state, bytes_per_param * static_cast<double>(count), seconds, ceiling);
+    // Median step against the median copy (report() gave the mean's).
+    const double median_step = median_of(step_seconds);
+    state.counters["median_step_us"] = median_step * 1e6;
+    state.counters["pct_of_copy"] =
+        100.0 * bytes_per_param * static_cast<double>(count) / median_step / ceiling;
+    state.counters["steps_per_timing"] = kStepsPerTiming;
   }
   cuda_try(cudaFree(params));
   cuda_try(cudaFree(grads));
@@ -234,12 +263,19 @@ void BM_CudaAdamWBf16Master(benchmark::State& state) {
 void BM_CudaSgdMomentumF32(benchmark::State& state) {
   cuda_step<float, cohort::Sgd>(state, cohort::SgdOptions{.momentum = 0.9f}, 20.0);
 }
+void BM_CudaSgdMomentumBf16Master(benchmark::State& state) {
+  cuda_step<cohort::bfloat16, cohort::Sgd>(state, cohort::SgdOptions{.momentum = 0.9f}, 20.0);
+}
 BENCHMARK(BM_CudaAdamWF32)->ArgsProduct({kParams})->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CudaAdamWBf16Master)
     ->ArgsProduct({kParams})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CudaSgdMomentumF32)
+    ->ArgsProduct({kParams})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSgdMomentumBf16Master)
     ->ArgsProduct({kParams})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

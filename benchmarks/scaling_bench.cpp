@@ -14,7 +14,8 @@
 // Workloads: `mlp` (the MLP of examples/train_mlp), and model-shaped ones (`resnet50`,
 // `bert-large`, `gpt2-124m`: the parameter lists of the published models, layers/workloads.hpp).
 // Compute on GPUs is real: the MLP's own layers; resnet50's convolutions at the model's shapes
-// (cuDNN; its other layers as below); or TF32 GEMMs sized to each layer's FLOPs. On host
+// (cuDNN; its other layers as below); or GEMMs sized to each layer's FLOPs, every layer in one
+// math mode (layers::MathMode: FP32 here) on real-valued data. On host
 // ranks it is simulated by default: a sleep of each layer's FLOPs / --sim-tflops, reported as
 // simulated compute and never as a GPU measurement. Communication is always real.
 //
@@ -28,6 +29,7 @@
 // projection to 8 and 64 GPUs with the same model, alpha + 2(n-1)/n x bytes / B per bucket,
 // buckets issued as the measured backward makes them ready, alpha and B published numbers.
 
+#include "scaling/layer_plan.hpp"
 #include "scaling/measure.hpp"
 #include "scaling/model.hpp"
 #include "scaling/probe.hpp"
@@ -333,6 +335,11 @@ int main(int argc, char** argv) {
   app.add_option("--plot", options.plot,
                  "draw efficiency and throughput against ranks (.png, .pdf or .svg)")
       ->check(cli::writable_file_ending({".png", ".pdf", ".svg"}));
+  std::string layers_json;
+  app.add_option("--layers-json", layers_json,
+                 "write the step's work on one rank with real compute, layer by layer (shapes, "
+                 "math mode, optimizer), to this file and exit: what a peer runs to compare")
+      ->check(cli::writable_file());
   if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
   if (!compare.empty()) {
     if (app.get_options([&](const CLI::Option* option) {
@@ -437,6 +444,19 @@ int main(int argc, char** argv) {
     }
     setup.batch =
         options.batch_per_rank > 0 ? options.batch_per_rank : setup.workload.default_batch_per_rank;
+    if (!layers_json.empty()) {
+      if (setup.precision != Precision::fp32 && setup.precision != Precision::tf32) {
+        return cli::usage_error(app, std::string("--layers-json writes FP32 or TF32 steps (what "
+                                                 "the PyTorch peer runs), not --precision ") +
+                                         options.precision);
+      }
+      const layers::MlpConfig mlp{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
+                                  .classes = 10, .dtype = cohort::DType::f32};
+      const nlohmann::json plan =
+          layer_plan(setup.workload, mlp, setup.batch, math_mode(setup), kSgdLr);
+      cli::write_file("--layers-json", layers_json, plan.dump(2) + "\n");
+      return 0;
+    }
     const bool launched = cohort::LaunchInfo::from_environment().launcher != cohort::Launcher::none;
     if (launched && options.ranks > 0) {
       return cli::usage_error(app,

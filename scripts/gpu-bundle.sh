@@ -11,7 +11,8 @@
 #   scripts/gpu-bundle.sh --check DIR           # only the ldd check of an existing bundle
 #
 # Layout: bin/ (programs, stripped), lib/ (libraries; those over 8 MiB as NAME.xz, which
-# gpu-check.sh unpacks), gpu-check.sh, CTestTestfile.cmake (the GPU tests, label gpu, for
+# gpu-check.sh unpacks), gpu-check.sh, gpu/ (scripts/gpu: the judge, the PyTorch peer, the hooks;
+# and fake-cluster.sh), CTestTestfile.cmake (the GPU tests, label gpu, for
 # `ctest --test-dir DIR -L gpu`), BUNDLE_INFO (commit, toolkit, build).
 # Fails when a program is missing, when a library resolves outside the bundle and off the list
 # above, or when the bundle is over COHORT_BUNDLE_LIMIT_MIB (default 56).
@@ -190,7 +191,10 @@ done
 
 # ---- the check script, the GPU tests for ctest, and what this bundle is -----------------------
 cp "$cohort_root/scripts/gpu-check.sh" "$out_dir/"
-[ -f "$cohort_root/scripts/gpu/torch_mlp_step.py" ] && cp "$cohort_root/scripts/gpu/torch_mlp_step.py" "$out_dir/"
+# gpu/: the judge, its list of allowed skips, the PyTorch peer, the hooks, and the fake hosts.
+cp -r "$cohort_root/scripts/gpu" "$out_dir/gpu"
+rm -rf "$out_dir/gpu/__pycache__"
+cp "$cohort_root/scripts/fake-cluster.sh" "$out_dir/gpu/"
 {
   echo "# The GPU tests of this bundle: ctest --test-dir <bundle> -L gpu --no-tests=error"
   for test in "${gpu_tests[@]}"; do

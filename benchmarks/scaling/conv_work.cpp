@@ -3,6 +3,7 @@
 #include <cohort/core/error.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 namespace scaling {
 namespace {
@@ -45,7 +46,7 @@ bool ConvWork::applies_to(const layers::Workload& workload) {
 
 std::size_t ConvWork::scratch_bytes(const layers::Workload& workload, int batch) {
   const ScratchSizes sizes = largest(batched(workload, batch));
-  return (sizes.input + sizes.output) * sizeof(float);
+  return (2 * sizes.input + sizes.output) * sizeof(float);
 }
 
 ConvWork::ConvWork(layers::Math& math, const layers::Workload& workload, int batch,
@@ -59,6 +60,10 @@ ConvWork::ConvWork(layers::Math& math, const layers::Workload& workload, int bat
   const ScratchSizes sizes = largest(geometry_);
   input_ = math.allocate_bytes(sizes.input * cohort::size_of(dtype));
   output_ = math.allocate_bytes(sizes.output * cohort::size_of(dtype));
+  input_grad_ = math.allocate_bytes(sizes.input * cohort::size_of(dtype));
+  math.fill_uniform(scratch(input_, sizes.input), 1.0f, 11);
+  math.fill_uniform(scratch(output_, sizes.output), 1.0f, 12);
+  filled_.assign(geometry_.size(), false);
 }
 
 cohort::TensorView ConvWork::scratch(cohort::Buffer& buffer, std::size_t count) {
@@ -67,17 +72,23 @@ cohort::TensorView ConvWork::scratch(cohort::Buffer& buffer, std::size_t count) 
 
 void ConvWork::forward(std::size_t layer, const cohort::DataParallel& dp, cohort::ParamHandle filter) {
   const layers::ConvGeometry& g = geometry_.at(layer).value();
+  if (!filled_[layer]) {
+    // Every rank writes the same values (the seed is the layer's), before the first use.
+    const double fan_in = static_cast<double>(g.input.c) * g.kernel * g.kernel;
+    ops_.math().fill_uniform(dp.param(filter), static_cast<float>(std::sqrt(3.0 / fan_in)),
+                             100 + layer);
+    filled_[layer] = true;
+  }
   ops_.conv_forward(g, scratch(input_, g.input.count()), dp.param(filter),
                     scratch(output_, g.output().count()));
 }
 
 void ConvWork::backward(std::size_t layer, const cohort::DataParallel& dp, cohort::ParamHandle filter) {
   const layers::ConvGeometry& g = geometry_.at(layer).value();
-  // The filter gradient reads the input before the data gradient overwrites it (one buffer).
   ops_.conv_backward_filter(g, scratch(input_, g.input.count()), scratch(output_, g.output().count()),
                             dp.grad(filter));
   ops_.conv_backward_data(g, scratch(output_, g.output().count()), dp.param(filter),
-                          scratch(input_, g.input.count()));
+                          scratch(input_grad_, g.input.count()));
 }
 
 }  // namespace scaling

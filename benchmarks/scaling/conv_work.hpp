@@ -4,7 +4,10 @@
 // (cuDNN on a GPU, the host convolutions of workloads/ on host ranks), their filters read
 // from and their filter gradients written into DataParallel's arenas, so that the step's compute
 // and its gradient traffic are the model's own. Activations are scratch tensors of the largest
-// layer's size, reused by every layer: the benchmark times the work, not the values.
+// layer's size, reused by every layer: the benchmark times the work, not the values. The values
+// are real all the same (inputs, output gradients and each filter uniform in a bounded range,
+// the input gradient in a buffer of its own so that no layer reads what another wrote), since
+// zeros can run faster than data; the math mode is the Math's (layers::MathMode).
 
 #include <layers/cnn_ops.hpp>
 #include <layers/math.hpp>
@@ -47,7 +50,8 @@ class ConvWork {
   layers::CnnOps ops_;
   std::vector<std::optional<layers::ConvGeometry>> geometry_;  // per layer, at the batch
   cohort::DType dtype_;
-  cohort::Buffer input_, output_;  // the largest input and output of any layer, zeroed
+  cohort::Buffer input_, output_, input_grad_;  // the largest of any layer, real values
+  std::vector<bool> filled_;  // per layer: its filter holds values (written at its first use)
 };
 
 }  // namespace scaling

@@ -7,17 +7,60 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <cohort/core/float16.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 namespace scaling {
 
-#if COHORT_WITH_CUDA
 namespace {
 
 constexpr int kSide = 1024;
 constexpr int kMaxDepth = 4096;
+
+}  // namespace
+
+layers::GemmWorkShape GemmWork::shape(double flops, bool gpu) {
+  if (!gpu) return layers::gemm_work_shape(flops);
+  layers::GemmWorkShape shape;
+  shape.side = kSide;
+  const double per_unit_depth = 2.0 * kSide * kSide;
+  if (flops < per_unit_depth * 8) return shape;  // below a few MFLOP: nothing worth launching
+  const double depth_total = flops / per_unit_depth;
+  shape.repeats = static_cast<int>(std::ceil(depth_total / kMaxDepth));
+  shape.depth = std::max(8, static_cast<int>(std::lround(depth_total / shape.repeats / 8.0)) * 8);
+  return shape;
+}
+
+#if COHORT_WITH_CUDA
+namespace {
+
+/// `count` values uniform in [-1, 1] (seeded) in the bytes of `element`-byte f32, bf16 or fp16.
+std::vector<std::uint8_t> uniform_bytes(std::size_t count, std::size_t element, bool half,
+                                        std::uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<std::uint8_t> bytes(count * element);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float value = uniform(generator);
+    if (element == 4) {
+      std::memcpy(&bytes[i * 4], &value, 4);
+    } else if (half) {
+      const cohort::half converted(value);
+      std::memcpy(&bytes[i * 2], &converted, 2);
+    } else {
+      const cohort::bfloat16 converted(value);
+      std::memcpy(&bytes[i * 2], &converted, 2);
+    }
+  }
+  return bytes;
+}
 
 void cublas_check(cublasStatus_t status, const char* what) {
   COHORT_CHECK(
@@ -72,9 +115,13 @@ GemmWork::GemmWork(layers::Math& math, Precision precision) : math_(math), preci
       element = 2;
       break;
   }
-  cuda_->a = math.allocate_bytes(static_cast<std::size_t>(kSide) * kMaxDepth * element);
-  cuda_->b = math.allocate_bytes(static_cast<std::size_t>(kSide) * kMaxDepth * element);
+  const std::size_t operand = static_cast<std::size_t>(kSide) * kMaxDepth;
+  cuda_->a = math.allocate_bytes(operand * element);
+  cuda_->b = math.allocate_bytes(operand * element);
   cuda_->c = math.allocate_bytes(static_cast<std::size_t>(kSide) * kSide * element);
+  const bool half = precision == Precision::fp16;
+  math.upload(cuda_->a.data(), uniform_bytes(operand, element, half, 1).data(), operand * element);
+  math.upload(cuda_->b.data(), uniform_bytes(operand, element, half, 2).data(), operand * element);
 #endif
 }
 
@@ -86,11 +133,9 @@ void GemmWork::run(double flops) {
     return;
   }
 #if COHORT_WITH_CUDA
-  const double per_unit_depth = 2.0 * kSide * kSide;
-  if (flops < per_unit_depth * 8) return;  // below a few MFLOP: nothing worth launching
-  const double depth_total = flops / per_unit_depth;
-  const int repeats = static_cast<int>(std::ceil(depth_total / kMaxDepth));
-  const int depth = std::max(8, static_cast<int>(std::lround(depth_total / repeats / 8.0)) * 8);
+  const layers::GemmWorkShape work = shape(flops, /*gpu=*/true);
+  const int repeats = work.repeats;
+  const int depth = work.depth;
   const float alpha = 1.0f, beta = 0.0f;
   for (int i = 0; i < repeats; ++i) {
     cublas_check(cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, kSide, kSide, depth, &alpha,

@@ -3,7 +3,8 @@
 // scaling_bench's real GEMM work in a chosen precision: compute sized to a layer's FLOPs. On a
 // GPU, cuBLAS GEMMs on the compute stream in FP32, TF32 (FP32 data on tensor cores), BF16 or
 // FP16 (tensor cores, FP32 accumulation); on the host, OpenBLAS in FP32, the only precision it
-// has (scaling_bench refuses the others there).
+// has (scaling_bench refuses the others there). The operands hold values uniform in [-1, 1], not
+// zeros (a GEMM of zeros can run faster, and draws less power).
 
 #include "scaling/scaling_types.hpp"
 
@@ -22,6 +23,10 @@ class GemmWork {
 
   /// About `flops` floating-point operations of GEMMs, queued on the math's stream.
   void run(double flops);
+
+  /// The GEMMs run(flops) queues: on a GPU `repeats` x C[1024, 1024] = A[1024, depth] x
+  /// B[depth, 1024]; on the host layers::gemm_work_shape's. None (repeats 0) below a few MFLOP.
+  static layers::GemmWorkShape shape(double flops, bool gpu);
 
   /// "cuBLAS TF32 (FP32 data, tensor cores)", "OpenBLAS FP32"...
   static const char* describe(Precision precision, bool gpu);

@@ -25,6 +25,10 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+layers::MathMode math_mode(const Setup& setup) {
+  return setup.precision == Precision::tf32 ? layers::MathMode::tf32 : layers::MathMode::fp32;
+}
+
 cohort::ParamRegistry registry_of(const layers::Workload& workload, cohort::DType dtype) {
   cohort::ParamRegistry registry;
   for (const layers::WorkloadLayer& layer : workload.layers) {
@@ -41,6 +45,7 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   const Options& options = setup.options;
   const cohort::Stream stream = cohort::Stream::create(world.device());
   layers::Math math(stream);
+  math.set_math_mode(math_mode(setup));
   const bool real_mlp = setup.workload.name == "mlp" && !setup.simulated;
 
   cohort::ParamRegistry registry;
@@ -62,7 +67,7 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     dp_options.init = [&](cohort::DataParallel& d) { mlp->initialise(d, math, 1); };
   }
   cohort::DataParallel dp(world, registry, dp_options);
-  cohort::Sgd optimizer(cohort::target_of(dp), cohort::SgdOptions{.lr = 1e-4f});
+  cohort::Sgd optimizer(cohort::target_of(dp), cohort::SgdOptions{.lr = kSgdLr});
 
   // Inputs for the real MLP: this rank's rows of the example's data set.
   cohort::Buffer inputs, labels, stats;

@@ -5,6 +5,8 @@
 
 #include "scaling/scaling_types.hpp"
 
+#include <layers/math.hpp>
+
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/param_registry.hpp>
 
@@ -24,6 +26,14 @@ struct Progress {
   std::atomic<int> total{0};     ///< steps planned at it, warm-up included
   std::atomic<double> step_s{0.0};  ///< the last step's time
 };
+
+/// The arithmetic of every f32 layer of the step with real compute on a GPU, one setting for the
+/// GEMMs and the convolutions alike (layers::MathMode): TF32 under --precision tf32, else FP32
+/// (bf16 and fp16 data run on tensor cores with FP32 accumulation whatever the mode).
+layers::MathMode math_mode(const Setup& setup);
+
+/// The learning rate of the step's plain SGD.
+inline constexpr float kSgdLr = 1e-4f;
 
 /// The workload's parameters, in registration order, in `dtype`.
 cohort::ParamRegistry registry_of(const layers::Workload& workload,

@@ -106,12 +106,14 @@ std::string compute_words(const Setup& setup, bool gpu) {
     how = std::string(gpu ? "convolutions at the model's shapes, cuDNN "
                           : "convolutions at the "
                             "model's shapes, im2col + OpenBLAS ") +
-          (setup.grad_dtype == cohort::DType::bf16 ? "BF16" : "FP32 (no TF32)") +
+          (setup.grad_dtype == cohort::DType::bf16 ? "BF16"
+           : gpu && setup.precision == Precision::tf32 ? "TF32"
+                                                       : "FP32 (no TF32)") +
           "; other layers " + GemmWork::describe(setup.precision, gpu) +
-          " GEMMs sized to their FLOPs";
+          " GEMMs sized to their FLOPs; real-valued data";
   } else {
     how = std::string(GemmWork::describe(setup.precision, gpu)) +
-          " GEMMs sized to each layer's FLOPs";
+          " GEMMs sized to each layer's FLOPs; real-valued data";
   }
   return "real (" + how + ")";
 }

@@ -126,6 +126,7 @@ class ManagedResource final : public MemoryResource {
       : MemoryResource(Device::cuda(options.device), true, true,
                        "managed(" + Device::cuda(options.device).to_string() + ")"),
         options_(options) {
+    set_oversubscribable(options.allow_oversubscription);
     detail::check_cuda_ordinal(options_.device);
     if (options_.preferred_location) {
       check_location(*options_.preferred_location);

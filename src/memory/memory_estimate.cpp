@@ -4,6 +4,7 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/format.hpp>
+#include <cohort/memory/memory_resource.hpp>
 
 #if COHORT_WITH_CUDA
 #include "cuda_detail.hpp"
@@ -80,14 +81,62 @@ std::size_t available_memory(Device device) {
   return room;
 }
 
-void check_memory_fits(Device device, std::size_t bytes, std::string_view what) {
-  const std::size_t available = available_memory(device);
-  if (available == 0 || bytes <= available) return;
+// Note [Oversubscribed managed memory]
+// Managed memory made with `allow_oversubscription` may be larger than the GPU's free memory: the
+// driver keeps the pages that do not fit on the host and migrates them as kernels touch them or
+// as they are prefetched. Such a request is bounded by the GPU's free memory and the host's
+// available memory together; the GPU's alone would refuse exactly what the option exists for
+// (optimizer state larger than the GPU, docs/memory.md). Whatever NCCL reads stays out of such
+// memory (Note [Optimizer scalars in device memory], src/optim/optimizer.cpp).
+
+namespace detail {
+
+MemoryFit memory_fit(std::size_t bytes, bool device_is_cuda, bool oversubscribable,
+                     std::size_t device_available, std::size_t host_available) {
+  MemoryFit fit;
+  if (device_is_cuda && oversubscribable) {
+    // Note [Oversubscribed managed memory]
+    if (device_available == 0 || host_available == 0) return fit;
+    fit.available = device_available + host_available;
+    fit.where = "the GPU's free memory and the host's available memory together (managed memory "
+                "that oversubscribes the GPU spills to the host)";
+  } else {
+    fit.available = device_available;
+    fit.where = device_is_cuda ? "the GPU's free memory" : "the host's available memory";
+  }
+  fit.fits = fit.available == 0 || bytes <= fit.available;
+  return fit;
+}
+
+}  // namespace detail
+
+namespace {
+
+[[noreturn]] void refuse(Device device, std::size_t bytes, std::string_view what,
+                         const detail::MemoryFit& fit) {
   COHORT_FAIL(OutOfMemory,
               std::string(what) + " needs " + in_words(bytes) + " on " + device.to_string() +
-                  ", but only " + in_words(available) + " are available; refused before "
-                  "allocating. Use a smaller model or batch, more ranks with ZeRO-1 sharding, or "
-                  "fewer ranks on this " + (device.is_cuda() ? "GPU" : "host") + ".");
+                  ", but only " + in_words(fit.available) + " are available (" + fit.where +
+                  "); refused before allocating. Use a smaller model or batch, more ranks with "
+                  "ZeRO-1 sharding, or fewer ranks on this " +
+                  (device.is_cuda() ? "GPU" : "host") + ".");
+}
+
+}  // namespace
+
+void check_memory_fits(Device device, std::size_t bytes, std::string_view what) {
+  const detail::MemoryFit fit =
+      detail::memory_fit(bytes, device.is_cuda(), false, available_memory(device), 0);
+  if (!fit.fits) refuse(device, bytes, what, fit);
+}
+
+void check_memory_fits(const MemoryResource& resource, std::size_t bytes, std::string_view what) {
+  const Device device = resource.device();
+  const bool oversubscribing = device.is_cuda() && resource.oversubscribable();
+  const detail::MemoryFit fit =
+      detail::memory_fit(bytes, device.is_cuda(), oversubscribing, available_memory(device),
+                         oversubscribing ? available_memory(Device::host()) : 0);
+  if (!fit.fits) refuse(device, bytes, what, fit);
 }
 
 }  // namespace cohort

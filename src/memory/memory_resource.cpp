@@ -18,7 +18,9 @@ MemoryResource::MemoryResource(Device device, bool host_accessible, bool device_
 
 MemoryResource::MemoryResource(const MemoryResource& upstream, std::string_view adaptor)
     : MemoryResource(upstream.device_, upstream.host_accessible_, upstream.device_accessible_,
-                     std::string(adaptor) + "(" + upstream.name_ + ")") {}
+                     std::string(adaptor) + "(" + upstream.name_ + ")") {
+  oversubscribable_ = upstream.oversubscribable_;
+}
 
 MemoryResource::~MemoryResource() {
   const std::size_t allocations = allocations_in_use();

@@ -34,6 +34,22 @@ void check_schedule(const LrSchedule& schedule) {
   }
 }
 
+// Note [Optimizer scalars in device memory]
+// The step's scalars (StepScalars, with the gradient statistics that clipping and the loss scaler
+// all-reduce) are read by NCCL, and NCCL must never read managed or host memory (docs/memory.md,
+// "Memory placement", rule 1). They live with the state when the state is device memory of the
+// optimizer's GPU (a device pool, or an adaptor over one), and in the default device pool
+// otherwise: managed state (which may even oversubscribe the GPU, Note [Oversubscribed managed
+// memory]) or pinned host state keeps only the large arrays, prefetched before each step.
+
+/// Where the scalars of an optimizer on `device` with state from `state` live.
+std::shared_ptr<MemoryResource> scalar_resource(const std::shared_ptr<MemoryResource>& state,
+                                                Device device) {
+  if (device.is_host()) return state;
+  const bool device_memory = state->device() == device && !state->host_accessible();
+  return device_memory ? state : default_state_resource(device);
+}
+
 int world_size(const Communicator* comm) { return comm != nullptr ? comm->size() : 1; }
 int world_rank(const Communicator* comm) { return comm != nullptr ? comm->rank() : 0; }
 
@@ -74,7 +90,9 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
 
   const CurrentDevice current(device);
   const Stream& stream = target.stream;
-  scalars_ = Buffer(resource_, sizeof(kernels::StepScalars), stream, MemoryCategory::other);
+  // Note [Optimizer scalars in device memory]
+  scalars_ = Buffer(scalar_resource(resource_, device), sizeof(kernels::StepScalars), stream,
+                    MemoryCategory::other);
   const kernels::StepScalars initial{};
   write_now(scalars_.data(), &initial, sizeof(initial), stream);
 
@@ -82,7 +100,7 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
   const std::size_t state_arrays = (params_.dtype() != DType::f32 ? 1U : 0U) +
                                    (adamw || config.hyper.sgd.momentum != 0.0f ? 1U : 0U) +
                                    (adamw ? 1U : 0U);
-  check_memory_fits(resource_->device(), state_arrays * count_ * sizeof(float),
+  check_memory_fits(*resource_, state_arrays * count_ * sizeof(float),
                     "the optimizer state (" + std::to_string(state_arrays) + " f32 arrays of " +
                         std::to_string(count_) + " parameters)");
   if (params_.dtype() != DType::f32) {

@@ -209,8 +209,9 @@ TEST(TrainMlpExitStatus, ACheckpointOfAnotherModelEndsTheRunWith78SayingWhatToDo
   cohort_test::TemporaryFolder folder;
   const std::string checkpoints = (folder.path() / "checkpoints").string();
   auto train = [&](const std::string& hidden, const std::string& log) {
-    return run({train_mlp, "--ranks", "2", "--steps", "4", "--warmup-steps", "0", "--hidden",
-                hidden, "--log-every", "0", "--checkpoint-dir", checkpoints},
+    // --host: two host ranks whatever GPUs this machine has.
+    return run({train_mlp, "--host", "--ranks", "2", "--steps", "4", "--warmup-steps", "0",
+                "--hidden", hidden, "--log-every", "0", "--checkpoint-dir", checkpoints},
                folder.path() / log);
   };
   ASSERT_EQ(train("16", "first.log"), 0) << cohort_test::read_file(folder.path() / "first.log");

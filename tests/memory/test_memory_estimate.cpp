@@ -6,8 +6,11 @@
 #include <cohort/core/error.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/memory/host_resource.hpp>
+#include <cohort/memory/limit_adaptor.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
+#include <cohort/memory/statistics_adaptor.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/optim/sharded_optimizer.hpp>
@@ -41,6 +44,83 @@ TEST(MemoryEstimate, WhatCannotFitIsRefusedWithBothAmounts) {
   EXPECT_TRUE(contains(message, "the test's arena needs " + std::to_string(huge) + " bytes"));
   EXPECT_TRUE(contains(message, "are available"));
   EXPECT_TRUE(contains(message, "refused before allocating"));
+}
+
+TEST(MemoryEstimate, TheResourceOverloadRefusesOnTheHostToo) {
+  const HostResource host;
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  const auto message =
+      message_of<OutOfMemory>([&] { check_memory_fits(host, huge, "the optimizer state"); });
+  EXPECT_TRUE(contains(message, "the optimizer state needs"));
+  EXPECT_TRUE(contains(message, "the host's available memory"));
+  EXPECT_NO_THROW(check_memory_fits(host, 4096, "a page"));
+}
+
+// Note [Oversubscribed managed memory]: the decision alone, from amounts the test chooses (the
+// GPU side of it runs in test_optim_gpu, OversubscribedManagedStateConstructsAndSteps).
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+TEST(MemoryFit, AGpuResourceIsBoundedByTheGpusFreeMemory) {
+  const detail::MemoryFit fit = detail::memory_fit(10 * kGiB, true, false, 4 * kGiB, 64 * kGiB);
+  EXPECT_FALSE(fit.fits);
+  EXPECT_EQ(fit.available, 4 * kGiB);
+  EXPECT_EQ(fit.where, "the GPU's free memory");
+  EXPECT_TRUE(detail::memory_fit(4 * kGiB, true, false, 4 * kGiB, 0).fits);
+}
+
+TEST(MemoryFit, OversubscribedManagedMemoryIsBoundedByTheGpuAndTheHostTogether) {
+  // More than the GPU has free, less than the GPU and the host together: what
+  // allow_oversubscription exists for.
+  const detail::MemoryFit fits = detail::memory_fit(10 * kGiB, true, true, 4 * kGiB, 8 * kGiB);
+  EXPECT_TRUE(fits.fits);
+  EXPECT_EQ(fits.available, 12 * kGiB);
+  // More than both together: refused, and the message says what the bound was.
+  const detail::MemoryFit refused = detail::memory_fit(20 * kGiB, true, true, 4 * kGiB, 8 * kGiB);
+  EXPECT_FALSE(refused.fits);
+  EXPECT_EQ(refused.available, 12 * kGiB);
+  EXPECT_TRUE(contains(refused.where, "together"));
+}
+
+TEST(MemoryFit, AnAmountThatCannotBeReadRefusesNothing) {
+  EXPECT_TRUE(detail::memory_fit(10 * kGiB, true, false, 0, 0).fits);
+  EXPECT_TRUE(detail::memory_fit(10 * kGiB, true, true, 4 * kGiB, 0).fits);
+  EXPECT_TRUE(detail::memory_fit(10 * kGiB, true, true, 0, 8 * kGiB).fits);
+  EXPECT_TRUE(detail::memory_fit(10 * kGiB, false, false, 0, 0).fits);
+}
+
+TEST(MemoryFit, TheHostIgnoresOversubscription) {
+  const detail::MemoryFit fit = detail::memory_fit(10 * kGiB, false, true, 4 * kGiB, 8 * kGiB);
+  EXPECT_FALSE(fit.fits);
+  EXPECT_EQ(fit.available, 4 * kGiB);
+  EXPECT_EQ(fit.where, "the host's available memory");
+}
+
+/// Says it is managed memory of cuda:0 made with allow_oversubscription (host memory underneath).
+class FakeOversubscribingResource final : public MemoryResource {
+ public:
+  FakeOversubscribingResource() : MemoryResource(Device::cuda(0), true, true, "fake_managed") {
+    set_oversubscribable(true);
+  }
+
+ private:
+  void* do_allocate(std::size_t bytes, const Stream* /*stream*/) override {
+    return host_.allocate(bytes);
+  }
+  void do_deallocate(void* pointer, std::size_t bytes, const Stream* /*stream*/) noexcept override {
+    host_.deallocate(pointer, bytes);
+  }
+  HostResource host_;
+};
+
+TEST(MemoryFit, AdaptorsOverAnOversubscribingResourceSaySo) {
+  EXPECT_FALSE(HostResource().oversubscribable());
+  const auto managed = std::make_shared<FakeOversubscribingResource>();
+  EXPECT_TRUE(managed->oversubscribable());
+  const auto counted = std::make_shared<StatisticsAdaptor>(managed);
+  const LimitAdaptor capped(counted, kGiB);
+  EXPECT_TRUE(counted->oversubscribable());
+  EXPECT_TRUE(capped.oversubscribable());
+  EXPECT_FALSE(StatisticsAdaptor(std::make_shared<HostResource>()).oversubscribable());
 }
 
 // 2^40 f32 parameters (4 TiB each for parameters and gradients): refused by DataParallel before

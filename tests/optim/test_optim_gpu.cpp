@@ -6,6 +6,7 @@
 #include <cohort/core/device.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/kernels/launch.hpp>
+#include <cohort/memory/managed.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/clip.hpp>
 #include <cohort/optim/loss_scaler.hpp>
@@ -363,6 +364,157 @@ TEST(CudaOptimizer, AdamWWithScalerAndClippingMatchesTheHostOptimizer) {
   }
   // fp32 rounding differences may flip a bf16 rounding now and then, never often.
   EXPECT_LT(different, kCount / 1000) << different << " of " << kCount << " params differ";
+}
+
+cudaMemoryType memory_type(const void* pointer) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, pointer);
+  EXPECT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+  return attributes.type;
+}
+
+template <typename T>
+std::vector<T> download(const cohort::TensorView& view) {
+  std::vector<T> host(view.count());
+  check(cudaDeviceSynchronize());
+  check(cudaMemcpy(host.data(), view.data(), view.bytes(), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+std::size_t bits_differing(const std::vector<cohort::bfloat16>& a,
+                           const std::vector<cohort::bfloat16>& b) {
+  std::size_t different = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    different += a[i].bits != b[i].bits ? 1u : 0u;
+  }
+  return different;
+}
+
+// Issue 28, item 3: AdamW whose state lives in managed memory (prefetched before each step) steps
+// exactly as with the state in the device pool, and its scalars, which NCCL reads for clipping
+// and the loss scaler, stay in device memory (Note [Optimizer scalars in device memory]).
+TEST(CudaOptimizer, AdamWWithManagedStateIsBitwiseEqualToTheDevicePool) {
+  SKIP_WITHOUT_GPU();
+  constexpr std::size_t kCount = (1 << 20) + 3;
+  const auto stream = cohort::Stream::create(cohort::Device::cuda(0));
+  const auto initial = random_values<cohort::bfloat16>(kCount, 40);
+  DeviceArray<cohort::bfloat16> pool_params(initial);
+  DeviceArray<cohort::bfloat16> managed_params(initial);
+  const std::vector<float> zeros(kCount);
+  DeviceArray<float> pool_grads(zeros);
+  DeviceArray<float> managed_grads(zeros);
+  const cohort::AdamWOptions options{.lr = 1e-2f};
+  cohort::AdamW on_pool({pool_params.view(), pool_grads.view(), stream}, options);
+  const auto managed = cohort::make_managed_resource({.device = 0});
+  cohort::AdamWOptions managed_options = options;
+  managed_options.state_resource = managed;
+  cohort::AdamW on_managed({managed_params.view(), managed_grads.view(), stream},
+                           managed_options);
+  // bf16 parameters: f32 master weights and two moments, all managed; the scalars are not.
+  ASSERT_EQ(on_managed.state().size(), 3u);
+  EXPECT_EQ(managed->bytes_in_use(), 3 * kCount * sizeof(float));
+  for (const cohort::OptimizerStateView& state : on_managed.state()) {
+    EXPECT_EQ(memory_type(state.view.data()), cudaMemoryTypeManaged) << state.name;
+  }
+  EXPECT_EQ(memory_type(on_managed.steps_taken_view().data()), cudaMemoryTypeDevice)
+      << "the optimizer's scalars (read by NCCL) are not device memory";
+  for (std::uint32_t step = 0; step < 5; ++step) {
+    const auto grads = random_values<float>(kCount, 41 + step);
+    pool_grads.upload(grads);
+    managed_grads.upload(grads);
+    const auto pool_norm = cohort::clip_grad_norm(on_pool, 50.0f);
+    const auto managed_norm = cohort::clip_grad_norm(on_managed, 50.0f);
+    on_pool.step();
+    on_managed.step();  // prefetches the managed state to cuda:0 first
+    EXPECT_EQ(managed_norm.value(), pool_norm.value()) << "step " << step;
+  }
+  stream.synchronize();
+  EXPECT_EQ(on_managed.steps_taken(), 5);
+  EXPECT_EQ(bits_differing(managed_params.to_host(), pool_params.to_host()), 0u);
+  const auto pool_state = on_pool.state();
+  const auto managed_state = on_managed.state();
+  ASSERT_EQ(pool_state.size(), managed_state.size());
+  for (std::size_t i = 0; i < pool_state.size(); ++i) {
+    const auto expected = download<std::uint32_t>(
+        cohort::TensorView(pool_state[i].view.data(), kCount, cohort::DType::f32,
+                           cohort::Device::cuda(0)));
+    const auto actual = download<std::uint32_t>(
+        cohort::TensorView(managed_state[i].view.data(), kCount, cohort::DType::f32,
+                           cohort::Device::cuda(0)));
+    EXPECT_TRUE(expected == actual) << pool_state[i].name << " differs bit for bit";
+  }
+}
+
+/// Device memory held for a test's life.
+class Ballast {
+ public:
+  explicit Ballast(std::size_t bytes) { check(cudaMalloc(&data_, bytes)); }
+  ~Ballast() { (void)cudaFree(data_); }
+  Ballast(const Ballast&) = delete;
+  Ballast& operator=(const Ballast&) = delete;
+
+ private:
+  void* data_ = nullptr;
+};
+
+// Issue 28, item 3: optimizer state larger than what the GPU has free, in managed memory that
+// may oversubscribe it, is accepted (Note [Oversubscribed managed memory]) and steps bit for bit
+// as the same state in the device pool. A ballast allocation leaves half the state's bytes free;
+// the managed memory asked for (768 MiB) stays far below what the card had free before it.
+TEST(CudaOptimizer, OversubscribedManagedStateConstructsAndSteps) {
+  SKIP_WITHOUT_GPU();
+  if (!cohort::managed::concurrent_access(0)) {
+    GTEST_SKIP() << "cuda:0 lacks concurrent managed access: managed memory cannot oversubscribe it";
+  }
+  constexpr std::size_t kCount = std::size_t{64} << 20;
+  constexpr std::size_t kStateBytes = 3 * kCount * sizeof(float);  // master, exp_avg, exp_avg_sq
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < 4 * kStateBytes) {
+    GTEST_SKIP() << "cuda:0 has " << (free_bytes >> 20) << " MiB free; the test needs "
+                 << (4 * kStateBytes >> 20);
+  }
+  const auto stream = cohort::Stream::create(cohort::Device::cuda(0));
+  const auto initial = random_values<cohort::bfloat16>(kCount, 50);
+  const DeviceArray<float> grads(random_values<float>(kCount, 51));
+  const cohort::AdamWOptions options{.lr = 1e-2f};
+  constexpr int kSteps = 3;
+  DeviceArray<cohort::bfloat16> expected_params(initial);
+  {
+    cohort::AdamW reference({expected_params.view(), grads.view(), stream}, options);
+    for (int step = 0; step < kSteps; ++step) reference.step();
+    stream.synchronize();
+  }
+  const auto expected = expected_params.to_host();
+
+  DeviceArray<cohort::bfloat16> params(initial);
+  check(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t keep_free = kStateBytes / 2;
+  ASSERT_GT(free_bytes, kStateBytes + keep_free);
+  const Ballast ballast(free_bytes - keep_free);
+  check(cudaMemGetInfo(&free_bytes, &total_bytes));
+  ASSERT_LT(free_bytes, kStateBytes) << "the ballast left the state room to fit";
+
+  // Without oversubscription the state is refused before it is allocated...
+  cohort::AdamWOptions refused = options;
+  refused.state_resource = cohort::make_managed_resource({.device = 0});
+  const auto make_refused = [&] {
+    const cohort::AdamW optimizer({params.view(), grads.view(), stream}, refused);
+  };
+  EXPECT_THROW(make_refused(), cohort::OutOfMemory);
+  // ...with it, the state is accepted and steps.
+  const auto managed =
+      cohort::make_managed_resource({.device = 0, .allow_oversubscription = true});
+  ASSERT_TRUE(managed->oversubscribable());
+  cohort::AdamWOptions oversubscribed = options;
+  oversubscribed.state_resource = managed;
+  cohort::AdamW optimizer({params.view(), grads.view(), stream}, oversubscribed);
+  EXPECT_EQ(optimizer.state_bytes(), kStateBytes);
+  for (int step = 0; step < kSteps; ++step) optimizer.step();
+  stream.synchronize();
+  EXPECT_EQ(optimizer.steps_taken(), kSteps);
+  EXPECT_EQ(bits_differing(params.to_host(), expected), 0u);
 }
 
 #else

@@ -1,5 +1,6 @@
 // The cuDNN CNN layers against the host layers: each layer on the same seeded inputs, in both
-// layouts (and bf16 convolutions at bf16's tolerance). Skipped without a GPU.
+// layouts (and bf16 convolutions at bf16's tolerance, f32 in tf32 math at TF32's). Skipped without
+// a GPU.
 
 #include <layers/cnn_ops.hpp>
 #include <layers/math.hpp>
@@ -41,7 +42,8 @@ class CnnLayersGpu : public ::testing::TestWithParam<Layout> {
   }
 
   /// A device copy of `values` (f32, or rounded to bf16).
-  cohort::Buffer upload(const std::vector<float>& values, cohort::DType dtype = cohort::DType::f32) {
+  cohort::Buffer upload(const std::vector<float>& values,
+                        cohort::DType dtype = cohort::DType::f32) {
     cohort::Buffer buffer = gpu_math_->allocate_bytes(values.size() * cohort::size_of(dtype));
     gpu_math_->upload_values(view(buffer, values.size(), dtype), values);
     return buffer;
@@ -63,6 +65,45 @@ class CnnLayersGpu : public ::testing::TestWithParam<Layout> {
     }
   }
 
+  /// The three convolutions of `g` on the host and on the GPU in `dtype`, compared.
+  void expect_convolutions_match(const ConvGeometry& g, cohort::DType dtype, double tolerance) {
+    SCOPED_TRACE(::testing::Message()
+                 << "[" << g.input.n << ", " << g.input.c << ", " << g.input.h << ", " << g.input.w
+                 << "] * " << g.filters << " filters " << g.kernel << "x" << g.kernel << " stride "
+                 << g.stride << ", " << cohort::to_string(dtype) << ", "
+                 << layers::to_string(gpu_math_->math_mode()));
+    std::vector<float> x = random_values(g.input.count(), 1),
+                       w = random_values(g.weight_count(), 2);
+    std::vector<float> dy = random_values(g.output().count(), 3);
+    if (dtype == cohort::DType::bf16) {  // the host computes on the same rounded inputs
+      for (auto* values : {&x, &w, &dy}) {
+        for (float& value : *values) value = static_cast<float>(cohort::bfloat16(value));
+      }
+    }
+    std::vector<float> y(g.output().count()), dx(x.size()), dw(w.size());
+    auto span = [](std::vector<float>& v) { return cohort::TensorView(std::span<float>(v)); };
+    host_.conv_forward(g, span(x), span(w), span(y));
+    host_.conv_backward_data(g, span(dy), span(w), span(dx));
+    host_.conv_backward_filter(g, span(x), span(dy), span(dw));
+    host_stream_.synchronize();
+    cohort::Buffer gx = upload(x, dtype), gw = upload(w, dtype), gdy = upload(dy, dtype);
+    cohort::Buffer gy = upload(y, dtype), gdx = upload(dx, dtype), gdw = upload(dw, dtype);
+    gpu_->conv_forward(g, view(gx, x.size(), dtype), view(gw, w.size(), dtype),
+                       view(gy, y.size(), dtype));
+    gpu_->conv_backward_data(g, view(gdy, dy.size(), dtype), view(gw, w.size(), dtype),
+                             view(gdx, dx.size(), dtype));
+    gpu_->conv_backward_filter(g, view(gx, x.size(), dtype), view(gdy, dy.size(), dtype),
+                               view(gdw, dw.size(), dtype));
+    expect_close(download(gy, y.size(), dtype), y, tolerance, "forward");
+    expect_close(download(gdx, dx.size(), dtype), dx, tolerance, "backward data");
+    expect_close(download(gdw, dw.size(), dtype), dw, tolerance, "backward filter");
+  }
+
+  inline static const std::vector<ConvGeometry> kConvolutions = {
+      {.input = {4, 8, 16, 16}, .filters = 16, .kernel = 3, .stride = 1, .padding = 1},
+      {.input = {2, 16, 15, 15}, .filters = 32, .kernel = 3, .stride = 2, .padding = 1},
+      {.input = {2, 8, 8, 8}, .filters = 16, .kernel = 1, .stride = 2, .padding = 0}};
+
   cohort::Stream host_stream_ = cohort::Stream::create(cohort::Device::host());
   layers::Math host_math_{host_stream_};
   CnnOps host_{host_math_, GetParam()};
@@ -72,34 +113,26 @@ class CnnLayersGpu : public ::testing::TestWithParam<Layout> {
 
 TEST_P(CnnLayersGpu, ConvolutionsMatchTheHost) {
   for (const cohort::DType dtype : {cohort::DType::f32, cohort::DType::bf16}) {
-    // f32 without TF32 agrees to rounding; bf16 inputs agree to bf16's 8 bits of mantissa.
+    // f32 without TF32 agrees to rounding (TF32's 10-bit mantissa would miss this tolerance);
+    // bf16 inputs agree to bf16's 8 bits of mantissa.
     const double tolerance = dtype == cohort::DType::f32 ? 1e-4 : 3e-2;
-    for (const ConvGeometry& g :
-         {ConvGeometry{.input = {4, 8, 16, 16}, .filters = 16, .kernel = 3, .stride = 1, .padding = 1},
-          ConvGeometry{.input = {2, 16, 15, 15}, .filters = 32, .kernel = 3, .stride = 2, .padding = 1},
-          ConvGeometry{.input = {2, 8, 8, 8}, .filters = 16, .kernel = 1, .stride = 2, .padding = 0}}) {
-      std::vector<float> x = random_values(g.input.count(), 1), w = random_values(g.weight_count(), 2);
-      std::vector<float> dy = random_values(g.output().count(), 3);
-      if (dtype == cohort::DType::bf16) {  // the host computes on the same rounded inputs
-        for (auto* values : {&x, &w, &dy}) {
-          for (float& value : *values) value = static_cast<float>(cohort::bfloat16(value));
-        }
-      }
-      std::vector<float> y(g.output().count()), dx(x.size()), dw(w.size());
-      auto span = [](std::vector<float>& v) { return cohort::TensorView(std::span<float>(v)); };
-      host_.conv_forward(g, span(x), span(w), span(y));
-      host_.conv_backward_data(g, span(dy), span(w), span(dx));
-      host_.conv_backward_filter(g, span(x), span(dy), span(dw));
-      host_stream_.synchronize();
-      cohort::Buffer gx = upload(x, dtype), gw = upload(w, dtype), gdy = upload(dy, dtype);
-      cohort::Buffer gy = upload(y, dtype), gdx = upload(dx, dtype), gdw = upload(dw, dtype);
-      gpu_->conv_forward(g, view(gx, x.size(), dtype), view(gw, w.size(), dtype), view(gy, y.size(), dtype));
-      gpu_->conv_backward_data(g, view(gdy, dy.size(), dtype), view(gw, w.size(), dtype), view(gdx, dx.size(), dtype));
-      gpu_->conv_backward_filter(g, view(gx, x.size(), dtype), view(gdy, dy.size(), dtype), view(gdw, dw.size(), dtype));
-      expect_close(download(gy, y.size(), dtype), y, tolerance, "forward");
-      expect_close(download(gdx, dx.size(), dtype), dx, tolerance, "backward data");
-      expect_close(download(gdw, dw.size(), dtype), dw, tolerance, "backward filter");
+    for (const ConvGeometry& g : kConvolutions) {
+      expect_convolutions_match(g, dtype, tolerance);
     }
+  }
+}
+
+// Note [Convolution algorithms]: the plans are per math mode. In tf32 mode the convolutions run
+// and agree to TF32's precision; set back to fp32 they agree to rounding again (the fp32 plans,
+// not the tf32 ones, run).
+TEST_P(CnnLayersGpu, ConvolutionsFollowTheMathMode) {
+  gpu_math_->set_math_mode(layers::MathMode::tf32);
+  for (const ConvGeometry& g : kConvolutions) {
+    expect_convolutions_match(g, cohort::DType::f32, 5e-2);  // TF32: 10 bits of mantissa
+  }
+  gpu_math_->set_math_mode(layers::MathMode::fp32);
+  for (const ConvGeometry& g : kConvolutions) {
+    expect_convolutions_match(g, cohort::DType::f32, 1e-4);
   }
 }
 
@@ -107,14 +140,16 @@ TEST_P(CnnLayersGpu, BatchNormReluAddAndPoolMatchTheHost) {
   const Shape4 shape{8, 6, 5, 4};
   constexpr int kGroup = 4;
   const std::size_t count = shape.count();
-  std::vector<float> x = random_values(count, 4), dy = random_values(count, 5), other = random_values(count, 6);
+  std::vector<float> x = random_values(count, 4), dy = random_values(count, 5),
+                     other = random_values(count, 6);
   std::vector<float> gamma = random_values(6, 7), beta = random_values(6, 8);
   std::vector<float> y(count), mean(12), inv_std(12), dx(count), dgamma(6), dbeta(6);
   std::vector<float> relu(count), sum = x, pooled(48), pool_grad(count);
   const std::vector<float> dpooled = random_values(48, 9);
-  host_.batch_norm_forward(shape, kGroup, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), inv_std.data());
-  host_.batch_norm_backward(shape, kGroup, x.data(), dy.data(), gamma.data(), mean.data(), inv_std.data(),
-                            dx.data(), dgamma.data(), dbeta.data());
+  host_.batch_norm_forward(shape, kGroup, x.data(), gamma.data(), beta.data(), y.data(),
+                           mean.data(), inv_std.data());
+  host_.batch_norm_backward(shape, kGroup, x.data(), dy.data(), gamma.data(), mean.data(),
+                            inv_std.data(), dx.data(), dgamma.data(), dbeta.data());
   host_.relu(x.data(), relu.data(), count);
   host_.add_into(other.data(), sum.data(), count);
   host_.global_average_pool(shape, x.data(), pooled.data());
@@ -148,7 +183,8 @@ TEST_P(CnnLayersGpu, BatchNormReluAddAndPoolMatchTheHost) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CnnLayersGpu, ::testing::Values(Layout::nchw, Layout::nhwc),
                          [](const ::testing::TestParamInfo<Layout>& test) {
-                           return test.param == Layout::nchw ? std::string("nchw") : std::string("nhwc");
+                           return test.param == Layout::nchw ? std::string("nchw")
+                                                             : std::string("nhwc");
                          });
 
 }  // namespace

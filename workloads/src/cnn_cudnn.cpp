@@ -1,6 +1,6 @@
 // layers::CnnOps on a GPU: cuDNN's convolutions (algorithms from cuDNN's heuristics, chosen once
-// per shape and dtype), batch norm, activation, tensor add and pooling, on the Math's stream, with
-// workspaces from the Math's device pool.
+// per shape, dtype and math mode, Note [Convolution algorithms]), batch norm, activation, tensor
+// add and pooling, on the Math's stream, with workspaces from the Math's device pool.
 
 #include "cnn_device.hpp"
 
@@ -10,7 +10,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -54,11 +57,24 @@ Tensor flat(std::size_t count) {
   return Tensor({1, 1, 1, static_cast<int>(count)}, Layout::nchw);
 }
 
+// Note [Convolution algorithms]
+// Each convolution shape is planned once: cuDNN's heuristics (the _v7 queries) rank every
+// algorithm for each direction (forward, backward data, backward filter), and the plan takes the
+// first that (1) runs (status success), (2) computes in the Math's mode, and (3) needs at most
+// CnnOps::kWorkspaceLimitBytes of workspace. (2): in fp32 mode the descriptor asks for
+// CUDNN_FMA_MATH and only FMA algorithms are taken, so no TF32 creeps in; in tf32 mode the
+// descriptor allows tensor cores (cuDNN's default math), as PyTorch's allow_tf32 does; bf16 data
+// runs on tensor cores. (3): FFT and Winograd variants can ask for gigabytes, which the device
+// pool would then hold for the whole run. Each direction keeps its own convolution descriptor,
+// set to the math type cuDNN reported for the algorithm chosen: an algorithm runs with the math
+// type it was ranked for, and the three directions may choose differently.
+
 /// The descriptors and algorithms of one convolution shape and dtype, found once.
 struct ConvPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
+  // One per direction, each with the math type of its algorithm (Note [Convolution algorithms]).
+  cudnnConvolutionDescriptor_t forward_conv = nullptr, data_conv = nullptr, filter_conv = nullptr;
   cudnnConvolutionFwdAlgo_t forward{};
   cudnnConvolutionBwdDataAlgo_t backward_data{};
   cudnnConvolutionBwdFilterAlgo_t backward_filter{};
@@ -70,17 +86,53 @@ struct ConvPlan {
     cudnnDestroyTensorDescriptor(x);
     cudnnDestroyTensorDescriptor(y);
     cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyConvolutionDescriptor(forward_conv);
+    cudnnDestroyConvolutionDescriptor(data_conv);
+    cudnnDestroyConvolutionDescriptor(filter_conv);
   }
 };
 
-/// The first algorithm cuDNN's heuristics rank that can run, and its workspace.
+/// The math type a convolution descriptor asks for: FMA only for f32 in fp32 mode, tensor cores
+/// (TF32) allowed for f32 in tf32 mode, tensor cores for bf16.
+cudnnMathType_t requested_math(cohort::DType dtype, MathMode mode) {
+  if (dtype == cohort::DType::bf16) return CUDNN_TENSOR_OP_MATH;
+  return mode == MathMode::tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+/// The first algorithm cuDNN's heuristics rank that runs, computes as `requested` allows and fits
+/// the workspace limit (Note [Convolution algorithms]).
 template <typename Perf>
-Perf first_usable(const Perf* results, int count, const char* what) {
+Perf first_usable(const Perf* results, int count, cudnnMathType_t requested, const char* what,
+                  const std::string& shape) {
+  std::size_t smallest_over = 0;
   for (int i = 0; i < count; ++i) {
-    if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
+    const Perf& perf = results[i];
+    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+    if (requested == CUDNN_FMA_MATH && perf.mathType != CUDNN_FMA_MATH) continue;
+    if (perf.memory > CnnOps::kWorkspaceLimitBytes) {
+      smallest_over = smallest_over == 0 ? perf.memory : std::min(smallest_over, perf.memory);
+      continue;
+    }
+    return perf;
   }
-  COHORT_FAIL(cohort::CudaError, std::string("cuDNN offers no usable ") + what + " algorithm");
+  std::ostringstream message;
+  message << "cuDNN offers no usable " << what << " algorithm for " << shape << " in "
+          << (requested == CUDNN_FMA_MATH ? "FP32 FMA math" : "this math mode")
+          << " within the workspace limit of " << (CnnOps::kWorkspaceLimitBytes >> 20) << " MiB";
+  if (smallest_over > 0) message << " (the smallest needs " << (smallest_over >> 20) << " MiB)";
+  COHORT_FAIL(cohort::CudaError, message.str());
+}
+
+/// A convolution descriptor for `g`, with `math` as its math type.
+cudnnConvolutionDescriptor_t make_conv(const ConvGeometry& g, cudnnMathType_t math) {
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  LAYERS_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&conv));
+  // f32 accumulation for both dtypes.
+  LAYERS_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv, g.padding, g.padding, g.stride, g.stride,
+                                                   1, 1, CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT));
+  LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(conv, math));
+  return conv;
 }
 
 class CudnnOps final : public DeviceCnnOps {
@@ -107,7 +159,8 @@ class CudnnOps final : public DeviceCnnOps {
     ConvPlan& plan = plan_for(g, x.dtype());
     void* workspace = workspace_of(plan.forward_bytes);
     LAYERS_CUDNN_TRY(cudnnConvolutionForward(handle_, &kOne, plan.x, x.data(), plan.w, w.data(),
-                                             plan.conv, plan.forward, workspace, plan.forward_bytes,
+                                             plan.forward_conv, plan.forward, workspace,
+                                             plan.forward_bytes,
                                              &kZero, plan.y, y.data()));
   }
 
@@ -116,7 +169,7 @@ class CudnnOps final : public DeviceCnnOps {
     ConvPlan& plan = plan_for(g, dy.dtype());
     void* workspace = workspace_of(plan.backward_data_bytes);
     LAYERS_CUDNN_TRY(cudnnConvolutionBackwardData(handle_, &kOne, plan.w, w.data(), plan.y, dy.data(),
-                                                  plan.conv, plan.backward_data, workspace,
+                                                  plan.data_conv, plan.backward_data, workspace,
                                                   plan.backward_data_bytes, &kZero, plan.x, dx.data()));
   }
 
@@ -125,7 +178,7 @@ class CudnnOps final : public DeviceCnnOps {
     ConvPlan& plan = plan_for(g, x.dtype());
     void* workspace = workspace_of(plan.backward_filter_bytes);
     LAYERS_CUDNN_TRY(cudnnConvolutionBackwardFilter(
-        handle_, &kOne, plan.x, x.data(), plan.y, dy.data(), plan.conv, plan.backward_filter,
+        handle_, &kOne, plan.x, x.data(), plan.y, dy.data(), plan.filter_conv, plan.backward_filter,
         workspace, plan.backward_filter_bytes, &kZero, plan.w, dw.data()));
   }
 
@@ -202,11 +255,15 @@ class CudnnOps final : public DeviceCnnOps {
   static constexpr float kZero = 0.0f;
 
   ConvPlan& plan_for(const ConvGeometry& g, cohort::DType dtype) {
+    const MathMode mode = math_->math_mode();
     const auto key = std::make_tuple(g.input.n, g.input.c, g.input.h, g.input.w, g.filters,
-                                     g.kernel, g.stride, g.padding, static_cast<int>(dtype));
+                                     g.kernel, g.stride, g.padding, static_cast<int>(dtype),
+                                     static_cast<int>(mode));
     auto found = plans_.find(key);
-    if (found != plans_.end()) return found->second;
-    ConvPlan& plan = plans_[key];
+    if (found != plans_.end()) return *found->second;
+    // Kept only when complete: a shape that cannot be planned throws again next time.
+    auto planned = std::make_unique<ConvPlan>();
+    ConvPlan& plan = *planned;
     const cudnnDataType_t type = data_type_of(dtype);
     const Shape4 out = g.output();
     LAYERS_CUDNN_TRY(cudnnCreateTensorDescriptor(&plan.x));
@@ -218,35 +275,51 @@ class CudnnOps final : public DeviceCnnOps {
     LAYERS_CUDNN_TRY(cudnnCreateFilterDescriptor(&plan.w));
     LAYERS_CUDNN_TRY(cudnnSetFilter4dDescriptor(plan.w, type, format_of(layout_), g.filters,
                                                 g.input.c, g.kernel, g.kernel));
-    LAYERS_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&plan.conv));
-    // f32 accumulation for both dtypes; f32 without TF32 (so GPU and host agree closely), bf16 on
-    // tensor cores.
-    LAYERS_CUDNN_TRY(cudnnSetConvolution2dDescriptor(plan.conv, g.padding, g.padding, g.stride,
-                                                     g.stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                     CUDNN_DATA_FLOAT));
-    LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(
-        plan.conv, dtype == cohort::DType::bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    constexpr int kCandidates = 8;
+    // Note [Convolution algorithms]: rank with the requested math type, then run each direction
+    // with the math type of the algorithm it takes.
+    const cudnnMathType_t requested = requested_math(dtype, mode);
+    const std::string shape = describe(g, dtype);
+    plan.forward_conv = make_conv(g, requested);
+    plan.data_conv = make_conv(g, requested);
+    plan.filter_conv = make_conv(g, requested);
     int returned = 0;
-    cudnnConvolutionFwdAlgoPerf_t forward[kCandidates];
-    LAYERS_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(handle_, plan.x, plan.w, plan.conv,
-                                                            plan.y, kCandidates, &returned, forward));
-    const auto best_forward = first_usable(forward, returned, "forward convolution");
+    cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    LAYERS_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(
+        handle_, plan.x, plan.w, plan.forward_conv, plan.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+        &returned, forward));
+    const auto best_forward =
+        first_usable(forward, returned, requested, "forward convolution", shape);
     plan.forward = best_forward.algo;
     plan.forward_bytes = best_forward.memory;
-    cudnnConvolutionBwdDataAlgoPerf_t data[kCandidates];
-    LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, plan.w, plan.y, plan.conv,
-                                                                 plan.x, kCandidates, &returned, data));
-    const auto best_data = first_usable(data, returned, "backward-data convolution");
+    LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(plan.forward_conv, best_forward.mathType));
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        handle_, plan.w, plan.y, plan.data_conv, plan.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+        &returned, data));
+    const auto best_data =
+        first_usable(data, returned, requested, "backward-data convolution", shape);
     plan.backward_data = best_data.algo;
     plan.backward_data_bytes = best_data.memory;
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[kCandidates];
+    LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(plan.data_conv, best_data.mathType));
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        handle_, plan.x, plan.y, plan.conv, plan.w, kCandidates, &returned, filter));
-    const auto best_filter = first_usable(filter, returned, "backward-filter convolution");
+        handle_, plan.x, plan.y, plan.filter_conv, plan.w,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, filter));
+    const auto best_filter =
+        first_usable(filter, returned, requested, "backward-filter convolution", shape);
     plan.backward_filter = best_filter.algo;
     plan.backward_filter_bytes = best_filter.memory;
-    return plan;
+    LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(plan.filter_conv, best_filter.mathType));
+    return *plans_.emplace(key, std::move(planned)).first->second;
+  }
+
+  /// "[32, 64, 56, 56] * 256 filters 1x1 stride 1 pad 0, f32", for messages.
+  static std::string describe(const ConvGeometry& g, cohort::DType dtype) {
+    std::ostringstream text;  // (not operator+: GCC 12 warns falsely on a long chain of them)
+    text << "[" << g.input.n << ", " << g.input.c << ", " << g.input.h << ", " << g.input.w
+         << "] * " << g.filters << " filters " << g.kernel << "x" << g.kernel << " stride "
+         << g.stride << " pad " << g.padding << ", " << cohort::to_string(dtype);
+    return text.str();
   }
 
   /// A workspace of at least `bytes`, grown (in stream order) when a larger one is needed.
@@ -261,7 +334,8 @@ class CudnnOps final : public DeviceCnnOps {
   cudnnHandle_t handle_ = nullptr;
   cudnnActivationDescriptor_t relu_ = nullptr;
   cudnnPoolingDescriptor_t pool_ = nullptr;
-  std::map<std::tuple<int, int, int, int, int, int, int, int, int>, ConvPlan> plans_;
+  std::map<std::tuple<int, int, int, int, int, int, int, int, int, int>, std::unique_ptr<ConvPlan>>
+      plans_;
   cohort::Buffer workspace_;
 };
 

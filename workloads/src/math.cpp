@@ -4,6 +4,8 @@
 #include <layers/math.hpp>
 #include <layers/host_blas.hpp>
 
+#include "random.hpp"
+
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 #include <cohort/memory/device_pool.hpp>
@@ -92,6 +94,22 @@ Math::Math(cohort::Stream stream) : stream_(std::move(stream)) {
 }
 
 Math::~Math() = default;
+
+const char* to_string(MathMode mode) noexcept {
+  return mode == MathMode::tf32 ? "tf32" : "fp32";
+}
+
+void Math::set_math_mode(MathMode mode) {
+  mode_ = mode;
+#if COHORT_WITH_CUDA
+  if (cuda_) {
+    // cublasSgemm follows the handle's math mode: TF32 tensor cores only when asked for.
+    cublas_try(cublasSetMathMode(cuda_->handle, mode == MathMode::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                       : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode");
+  }
+#endif
+}
 
 cohort::Buffer Math::allocate_floats(std::size_t count, cohort::MemoryCategory category) {
   return allocate_bytes(count * sizeof(float), category);
@@ -319,24 +337,45 @@ std::vector<float> Math::download_values(const cohort::TensorView& source) {
   return values;
 }
 
-void Math::gemm_work(double flops) {
+GemmWorkShape gemm_work_shape(double flops) noexcept {
   // [side, side] x [side, depth] products; a smaller side for small layers.
-  const int side = flops >= 2.0 * 1024 * 1024 * 256 ? 1024 : 256;
-  const double per_unit_depth = 2.0 * side * side;
-  if (flops < per_unit_depth * 8) return;  // below a few MFLOP: nothing worth launching
+  GemmWorkShape shape;
+  shape.side = flops >= 2.0 * 1024 * 1024 * 256 ? 1024 : 256;
+  const double per_unit_depth = 2.0 * shape.side * shape.side;
+  if (flops < per_unit_depth * 8) return shape;  // below a few MFLOP: nothing worth launching
+  const double depth_total = flops / per_unit_depth;
+  shape.repeats = static_cast<int>(std::ceil(depth_total / kMaxDepth));
+  shape.depth = std::max(8, static_cast<int>(std::lround(depth_total / shape.repeats / 8.0)) * 8);
+  return shape;
+}
+
+void Math::fill_uniform(const cohort::TensorView& destination, float bound, std::uint64_t seed) {
+  std::vector<float> values(destination.count());
+  detail::Generator generator(seed);
+  for (float& value : values) {
+    value = static_cast<float>((2.0 * generator.uniform() - 1.0) * static_cast<double>(bound));
+  }
+  upload_values(destination, values);
+}
+
+void Math::gemm_work(double flops) {
+  const GemmWorkShape shape = gemm_work_shape(flops);
+  if (shape.repeats == 0) return;
   if (work_a_.empty()) {
-    work_a_ = allocate_floats(static_cast<std::size_t>(1024) * kMaxDepth);
-    work_b_ = allocate_floats(static_cast<std::size_t>(1024) * kMaxDepth);
+    // Real values, not zeros: a GEMM of zeros can run faster, and draws less power.
+    const std::size_t operand = static_cast<std::size_t>(1024) * kMaxDepth;
+    work_a_ = allocate_floats(operand);
+    work_b_ = allocate_floats(operand);
     work_c_ = allocate_floats(static_cast<std::size_t>(1024) * 1024);
+    fill_uniform(cohort::TensorView(work_a_.data(), operand, cohort::DType::f32, device()), 1.0f, 1);
+    fill_uniform(cohort::TensorView(work_b_.data(), operand, cohort::DType::f32, device()), 1.0f, 2);
   }
   const auto* a = static_cast<const float*>(work_a_.data());
   const auto* b = static_cast<const float*>(work_b_.data());
   auto* c = static_cast<float*>(work_c_.data());
-  const double depth_total = flops / per_unit_depth;
-  const int repeats = static_cast<int>(std::ceil(depth_total / kMaxDepth));
-  const int depth =
-      std::max(8, static_cast<int>(std::lround(depth_total / repeats / 8.0)) * 8);
-  for (int i = 0; i < repeats; ++i) {
+  const int side = shape.side;
+  const int depth = shape.depth;
+  for (int i = 0; i < shape.repeats; ++i) {
     if (device().is_host()) {
       gemm(Transpose::no, Transpose::no, side, side, depth, 1.0f, a, b, 0.0f, c);
       continue;
@@ -345,7 +384,9 @@ void Math::gemm_work(double flops) {
     const float alpha = 1.0f, beta = 0.0f;
     cublas_try(cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, side, side, depth, &alpha, b,
                             CUDA_R_32F, side, a, CUDA_R_32F, depth, &beta, c, CUDA_R_32F, side,
-                            CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                            mode_ == MathMode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                    : CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
 #endif
   }

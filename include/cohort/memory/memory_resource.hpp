@@ -84,6 +84,11 @@ class MemoryResource {
   bool host_accessible() const noexcept { return host_accessible_; }
   /// Whether CUDA kernels may read and write the memory.
   bool device_accessible() const noexcept { return device_accessible_; }
+  /// Whether allocations may be larger than the device's free memory: managed memory made with
+  /// `ManagedOptions::allow_oversubscription`, whose pages then spill to the host. What such a
+  /// resource can give is bounded by the device's free memory and the host's together
+  /// (`check_memory_fits`). Adaptors report their upstream's.
+  bool oversubscribable() const noexcept { return oversubscribable_; }
   /// A short description for messages and reports: "host_pool(host)", "device_pool(cuda:0)".
   const std::string& name() const noexcept { return name_; }
 
@@ -98,8 +103,11 @@ class MemoryResource {
 
  protected:
   MemoryResource(Device device, bool host_accessible, bool device_accessible, std::string name);
-  /// For adaptors: the device and accessibility of `upstream`, named "<adaptor>(<upstream>)".
+  /// For adaptors: the device, accessibility and oversubscription of `upstream`, named
+  /// "<adaptor>(<upstream>)".
   MemoryResource(const MemoryResource& upstream, std::string_view adaptor);
+  /// For resources whose allocations may exceed the device's free memory (`oversubscribable`).
+  void set_oversubscribable(bool oversubscribable) noexcept { oversubscribable_ = oversubscribable; }
 
   /// Allocates from `upstream` on `stream`, or synchronously when `stream` is null.
   static void* allocate_from(MemoryResource& upstream, std::size_t bytes, const Stream* stream);
@@ -125,6 +133,7 @@ class MemoryResource {
   Device device_;
   bool host_accessible_;
   bool device_accessible_;
+  bool oversubscribable_ = false;
   std::string name_;
   std::atomic<std::size_t> bytes_in_use_{0};
   std::atomic<std::size_t> allocations_in_use_{0};

@@ -20,7 +20,9 @@ struct AdamWOptions {
   float weight_decay = 1e-2f;  ///< decoupled: p *= 1 - lr x weight_decay
   LrSchedule schedule = LrSchedule::constant();
   /// Where the state (moments, master weights) lives; null: a device pool on the arena's GPU, or
-  /// plain host memory. Managed memory is prefetched to the GPU before each step.
+  /// plain host memory. Managed memory is prefetched to the GPU before each step, and may be
+  /// larger than the GPU's free memory when made with `allow_oversubscription`. The step's few
+  /// scalars stay in device memory whatever this is (NCCL reads them).
   std::shared_ptr<MemoryResource> state_resource = nullptr;
 };
 

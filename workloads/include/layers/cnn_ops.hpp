@@ -3,9 +3,10 @@
 /// @file
 /// `layers::CnnOps`: the layers of a small ResNet-style CNN on one device, in stream order, beside
 /// `layers::Math` (which supplies the linear layer and softmax cross-entropy). On a GPU they are
-/// cuDNN calls (convolution algorithms chosen once per shape by cuDNN's heuristics, workspaces
-/// from the Math's device pool); on the host, im2col with OpenBLAS and plain loops, each enqueued
-/// as a task on the host stream.
+/// cuDNN calls (convolution algorithms chosen once per shape by cuDNN's heuristics, in the Math's
+/// `MathMode` and within `kWorkspaceLimitBytes` of workspace, workspaces from the Math's device
+/// pool); on the host, im2col with OpenBLAS and plain loops, each enqueued as a task on the host
+/// stream.
 ///
 /// Stream contract: as `layers::Math`: every method enqueues on `math.stream()` after the work
 /// already there and returns at once; pointers are device pointers on a GPU, host pointers on the
@@ -96,6 +97,10 @@ class CnnOps {
   void global_average_pool_backward(const Shape4& shape, const float* dy, float* dx);
 
   static constexpr float kBatchNormEpsilon = 1e-5f;
+  /// The most workspace a convolution algorithm may ask for (cuDNN's FFT and Winograd variants
+  /// can ask for gigabytes, which the device pool would then hold): a faster algorithm over it is
+  /// passed over for the next in cuDNN's ranking.
+  static constexpr std::size_t kWorkspaceLimitBytes = std::size_t{512} << 20;
 
  private:
   void check_conv(const ConvGeometry& geometry, const cohort::TensorView& a, std::size_t a_count,

@@ -27,6 +27,26 @@ namespace layers {
 
 enum class Transpose : std::uint8_t { no, yes };
 
+/// The arithmetic of f32 matrix products and convolutions on a GPU, one setting for every layer
+/// of a `Math` (and the `CnnOps` on it): `fp32`, plain FP32 FMA (cuBLAS's default math, cuDNN's
+/// CUDNN_FMA_MATH), so that GPU and host results agree closely; or `tf32`, FP32 data on tensor
+/// cores (CUBLAS_TF32_TENSOR_OP_MATH and CUBLAS_COMPUTE_32F_FAST_TF32, cuDNN's default math),
+/// what PyTorch's `allow_tf32` flags select. bf16 data always runs on tensor cores with FP32
+/// accumulation. The host has FP32 only and ignores the setting.
+enum class MathMode : std::uint8_t { fp32, tf32 };
+
+/// "fp32" or "tf32".
+const char* to_string(MathMode mode) noexcept;
+
+/// The GEMMs `Math::gemm_work(flops)` runs: `repeats` products C[side, side] = A[side, depth] x
+/// B[depth, side] (2 x side x side x depth FLOPs each); none (repeats 0) below a few MFLOP.
+struct GemmWorkShape {
+  int side = 0;
+  int depth = 0;
+  int repeats = 0;
+};
+GemmWorkShape gemm_work_shape(double flops) noexcept;
+
 class Math {
  public:
   /// Math on `stream`'s device. On the host, OpenBLAS is told to use one thread per caller:
@@ -41,6 +61,10 @@ class Math {
   cohort::Device device() const noexcept { return stream_.device(); }
   const cohort::Stream& stream() const noexcept { return stream_; }
 
+  /// The arithmetic of every f32 product and convolution from here on (`MathMode`; default fp32).
+  void set_math_mode(MathMode mode);
+  MathMode math_mode() const noexcept { return mode_; }
+
   /// `count` floats of workspace on the device (zeroed), freed with the buffer.
   cohort::Buffer allocate_floats(std::size_t count,
                                  cohort::MemoryCategory category = cohort::MemoryCategory::activations);
@@ -51,8 +75,8 @@ class Math {
   cohort::Buffer allocate_bytes(std::size_t bytes,
                                 cohort::MemoryCategory category = cohort::MemoryCategory::activations);
 
-  /// C[m, n] = alpha op(A) op(B) + beta C, with op(A) [m, k] and op(B) [k, n]; fp32 arithmetic
-  /// (no TF32), so that GPU and host results agree closely.
+  /// C[m, n] = alpha op(A) op(B) + beta C, with op(A) [m, k] and op(B) [k, n], in the math mode
+  /// (fp32 by default: no TF32, so that GPU and host results agree closely).
   void gemm(Transpose transpose_a, Transpose transpose_b, int m, int n, int k, float alpha,
             const float* a, const float* b, float beta, float* c);
 
@@ -81,11 +105,16 @@ class Math {
 
   /// Writes `values` to `destination` (f32, or bf16 rounded to nearest even) and waits.
   void upload_values(const cohort::TensorView& destination, std::span<const float> values);
+  /// Writes values uniform in [-bound, bound] to `destination` (f32 or bf16), the same for the
+  /// same seed on every device, and waits: real-valued data for work whose values do not matter
+  /// (zeros can run faster than data, and draw less power).
+  void fill_uniform(const cohort::TensorView& destination, float bound, std::uint64_t seed);
   /// Reads `source` (f32 or bf16) as f32 after the work on the stream, and waits.
   std::vector<float> download_values(const cohort::TensorView& source);
 
-  /// About `flops` floating-point operations of real GEMM work on scratch buffers (TF32 tensor
-  /// cores on a GPU; cblas on the host): compute sized to a layer, for benchmarks.
+  /// About `flops` floating-point operations of real GEMM work (`gemm_work_shape`) on scratch
+  /// buffers of values uniform in [-1, 1], in the math mode on a GPU (cblas on the host): compute
+  /// sized to a layer, for benchmarks.
   void gemm_work(double flops);
   /// Occupies the stream for `duration` without computing: simulated compute. On a GPU, a kernel
   /// that spins on the clock; on the host, a sleep on the stream's thread.
@@ -96,6 +125,7 @@ class Math {
   cohort::Stream stream_;
   std::shared_ptr<cohort::MemoryResource> resource_;
   std::unique_ptr<Cuda> cuda_;
+  MathMode mode_ = MathMode::fp32;
   cohort::Buffer work_a_, work_b_, work_c_;  // gemm_work scratch, allocated on first use
 };
 
