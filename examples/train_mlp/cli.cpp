@@ -45,7 +45,12 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--lr", options.lr, "learning rate (default 0.05 for sgd, 0.002 for adamw)")
       ->check(cli::positive(1e3));
-  app.add_flag("--zero1", options.zero1, "ZeRO-1: reduce-scatter gradients, shard optimizer state");
+  app.add_option("--zero", options.zero,
+                 "ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded "
+                 "optimizer state")
+      ->check(CLI::Range(0, 1));
+  bool zero1 = false;
+  app.add_flag("--zero1", zero1, "the same as --zero 1");
   app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--log-every", options.log_every, "progress line every this many steps (0: none)")
@@ -77,6 +82,7 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   CLI11_PARSE(app, argc, argv);
+  if (zero1) options.zero = 1;
   if (bucket_mb > 0.0 || first_bucket_mb > 0.0) {
     // Either flag fixes the caps; the other keeps its default.
     auto bytes = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };
@@ -105,7 +111,7 @@ int run_cli(int argc, char** argv, Model model) {
       device = cohort::Device::cuda(local_rank % gpus);
       sharing = (sharing + gpus - 1) / gpus;
     }
-    check_memory_plan(plan_memory(options, world_size), options, device, sharing);
+    check_memory_plan(options, world_size, device, sharing);
     options.ranks_in_process = ranks > 0 ? ranks : 1;
 
     TrainResult result;

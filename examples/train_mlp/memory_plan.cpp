@@ -50,8 +50,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   // Optimizer state: AdamW's two moments or SGD's momentum, and f32 master weights under bf16;
   // ZeRO-1 keeps this rank's shard of them.
   std::size_t state = (options.optimizer == "adamw" ? 8U : 4U) + (bf16 ? 4U : 0U);
-  if (options.zero1) state = (state + static_cast<std::size_t>(world_size) - 1) /
-                             static_cast<std::size_t>(world_size);
+  const auto ranks = static_cast<std::size_t>(world_size);
+  if (options.zero >= 1) state = (state + ranks - 1) / ranks;
   plan.library = p * (2 * element + state);
   // The example: the training set on the host and its device copy (features and a label), the
   // f32 copies of bf16 weights and gradients, the final download of every parameter, and for the
@@ -70,15 +70,32 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   return plan;
 }
 
-void check_memory_plan(const MemoryPlan& plan, const TrainOptions& options, cohort::Device device,
+void check_memory_plan(const TrainOptions& options, int world_size, cohort::Device device,
                        int ranks_here) {
-  const auto ranks = static_cast<std::size_t>(ranks_here);
-  std::string what = std::string(program_name(options.model)) + " (" + std::to_string(ranks_here) +
-                     (ranks_here == 1 ? " rank" : " ranks") + " of " +
-                     std::to_string(plan.parameters) + " parameters: " +
-                     cohort::format_bytes(plan.library) + " in cohort and " +
-                     cohort::format_bytes(plan.example) + " of the example's own per rank)";
-  cohort::check_memory_fits(device, plan.total() * ranks, what);
+  const cohort::MemoryAvailability available = cohort::memory_availability(device);
+  const auto ranks = static_cast<std::size_t>(std::max(ranks_here, 1));
+  const MemoryPlan plan = plan_memory(options, world_size);
+  if (available.bytes == 0 || plan.total() * ranks <= available.bytes) return;
+  // What the other stages would take, so that the refusal says which would fit.
+  std::string advice;
+  for (int stage = 0; stage <= kMaxZeroStage; ++stage) {
+    if (stage == options.zero) continue;
+    TrainOptions other = options;
+    other.zero = stage;
+    const MemoryPlan alternative = plan_memory(other, world_size);
+    const bool fits = alternative.total() * ranks <= available.bytes;
+    advice += std::string(advice.empty() ? "" : "; ") + "--zero " + std::to_string(stage) +
+              " would need " + cohort::format_bytes(alternative.total()) + " (" +
+              (fits ? "fits" : "does not fit") + ")";
+  }
+  advice = "Per rank, " + advice + ". Use a stage that fits, more ranks, or a smaller model or "
+           "batch.";
+  const std::string what =
+      std::string(program_name(options.model)) + " (" + std::to_string(plan.parameters) +
+      " parameters, ZeRO stage " + std::to_string(options.zero) + ": " +
+      cohort::format_bytes(plan.library) + " in cohort and " + cohort::format_bytes(plan.example) +
+      " of the example's own per rank)";
+  cohort::check_memory_fits(available, device, plan.total(), ranks_here, what, advice);
 }
 
 nlohmann::json memory_per_parameter(cohort::Device device, std::size_t parameters,

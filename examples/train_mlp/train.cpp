@@ -29,6 +29,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+const char* zero_label(int zero) {
+  static const char* const kLabels[] = {"", " ZeRO-1", " ZeRO-2", " ZeRO-3"};
+  return zero >= 0 && zero <= 3 ? kLabels[zero] : "";
+}
+
 std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
                                                   cohort::DataParallel& dp) {
   const cohort::OptimizerTarget target = cohort::target_of(dp);
@@ -36,7 +41,7 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
     cohort::SgdOptions sgd;
     sgd.lr = options.lr > 0.0f ? options.lr : 0.05f;
     sgd.momentum = 0.9f;
-    if (options.zero1) {
+    if (options.zero == 1) {
       return std::make_unique<cohort::ShardedOptimizer>(
           target, sgd, cohort::sharded_options_of(dp));
     }
@@ -47,7 +52,7 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
   cohort::AdamWOptions adamw;
   adamw.lr = options.lr > 0.0f ? options.lr : 2e-3f;
   adamw.weight_decay = 1e-4f;
-  if (options.zero1) {
+  if (options.zero == 1) {
     return std::make_unique<cohort::ShardedOptimizer>(
         target, adamw, cohort::sharded_options_of(dp));
   }
@@ -125,7 +130,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.first_bucket_bytes = options.first_bucket_bytes;
   dp_options.gradient_sync =
-      options.zero1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
+      options.zero == 1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
   dp_options.init = [&](cohort::DataParallel& d) { model.initialise(d, math, options.seed); };
   dp_options.compute_stream = stream;
   cohort::DataParallel dp(world, registry, dp_options);
@@ -148,7 +153,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  "batch %d (%d per rank), %s%s, %d steps\n",
                  program_name(options.model), ranks, result.backend.c_str(), result.device.c_str(),
                  result.parameters, description.c_str(), options.precision.c_str(), options.global_batch,
-                 local_batch, options.optimizer.c_str(), options.zero1 ? " ZeRO-1" : "",
+                 local_batch, options.optimizer.c_str(), zero_label(options.zero),
                  options.steps);
     std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
                  result.buckets.describe().c_str());
@@ -383,7 +388,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
                     {"hidden", options.hidden},             {"layers", options.layers},
                     {"width", options.width},
                     {"optimizer", options.optimizer},       {"lr", options.lr},
-                    {"zero1", options.zero1},               {"precision", options.precision},
+                    {"zero", options.zero},               {"precision", options.precision},
                     {"train_samples", options.train_samples}, {"test_samples", options.test_samples}};
   return out;
 }

@@ -39,7 +39,8 @@ struct TrainOptions {
   int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
   float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
-  bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
+  /// ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded optimizer state.
+  int zero = 0;
   std::string precision = "f32";  ///< f32, or bf16 parameters and gradients (f32 math and master weights)
   int log_every = 50;        ///< progress line every this many steps (0: none)
   int train_samples = 32768;

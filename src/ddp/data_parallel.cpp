@@ -349,6 +349,10 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(!(own_params && own_grads && overlap(*own_params, *own_grads, s.plan.arena_count)),
                  "DataParallelOptions::param_memory and grad_memory overlap; give the gradients "
                  "memory of their own");
+  // Measured before the ranks meet, so before any of them allocates: the ranks of a host share
+  // its memory (one container's limit; Note [Memory cgroups]), and each checks what all of them
+  // will take against what was there before any began.
+  const MemoryAvailability room = memory_availability(s.device);
   detail::check_same_on_every_rank(world.group(), fingerprint_lines(s.registry, s.options));
 
   std::shared_ptr<MemoryResource> memory = s.options.memory;
@@ -366,7 +370,8 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
     if (s.options.compression != Compression::none) {
       needed += s.plan.arena_count * size_of(s.wire_dtype);
     }
-    check_memory_fits(memory->device(), needed,
+    const int sharing = s.device.is_host() ? world.local_world_size() : 1;
+    check_memory_fits(room, memory->device(), needed, sharing,
                       "DataParallel's parameter, gradient and wire buffers (an arena of " +
                           std::to_string(s.plan.arena_count) + " elements)");
   }
