@@ -47,8 +47,8 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::positive(1e3));
   app.add_option("--zero", options.zero,
                  "ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded "
-                 "optimizer state")
-      ->check(CLI::Range(0, 1));
+                 "optimizer state, 2 sharded gradients too")
+      ->check(CLI::Range(0, kMaxZeroStage));
   bool zero1 = false;
   app.add_flag("--zero1", zero1, "the same as --zero 1");
   app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")

@@ -6,6 +6,7 @@
 
 #include <cohort/core/format.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/shard_layout.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
 
@@ -22,7 +23,8 @@ bool is_library(cohort::MemoryCategory category) {
   return category == cohort::MemoryCategory::parameters ||
          category == cohort::MemoryCategory::gradients ||
          category == cohort::MemoryCategory::optimizer_state ||
-         category == cohort::MemoryCategory::buckets;
+         category == cohort::MemoryCategory::buckets ||
+         category == cohort::MemoryCategory::gathered;
 }
 
 }  // namespace
@@ -46,13 +48,20 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
                           .parameter_count();
   }
   const std::size_t p = plan.parameters;
-  const std::size_t element = bf16 ? 2 : 4;
-  // Optimizer state: AdamW's two moments or SGD's momentum, and f32 master weights under bf16;
-  // ZeRO-1 keeps this rank's shard of them.
-  std::size_t state = (options.optimizer == "adamw" ? 8U : 4U) + (bf16 ? 4U : 0U);
-  const auto ranks = static_cast<std::size_t>(world_size);
-  if (options.zero >= 1) state = (state + ranks - 1) / ranks;
-  plan.library = p * (2 * element + state);
+  // The library: what DataParallel holds in the stage's layout (shard_layout.hpp; automatic
+  // bucket caps are measured at start, at most the default ones), and the optimizer state
+  // (AdamW's two moments or SGD's momentum, f32 master weights under bf16) for the whole arena,
+  // or from ZeRO-1 on for this rank's shard.
+  const cohort::Sharding sharding = options.zero == 2   ? cohort::Sharding::zero2
+                                    : options.zero == 3 ? cohort::Sharding::zero3
+                                                        : cohort::Sharding::none;
+  const bool automatic = options.bucket_bytes == cohort::kAutoBucketBytes;
+  const cohort::ShardLayout layout = cohort::make_shard_layout(
+      registry, world_size, sharding, automatic ? cohort::kDefaultBucketBytes : options.bucket_bytes,
+      automatic ? cohort::kDefaultFirstBucketBytes : options.first_bucket_bytes);
+  const std::size_t state_floats = (options.optimizer == "adamw" ? 2U : 1U) + (bf16 ? 1U : 0U);
+  const std::size_t stepped = options.zero >= 1 ? layout.shard_count : layout.arena_count;
+  plan.library = layout.rank_bytes() + state_floats * stepped * sizeof(float);
   // The example: the training set on the host and its device copy (features and a label), the
   // f32 copies of bf16 weights and gradients, the final download of every parameter, and for the
   // MLP the activations of the widest batch it binds (the CNN's are not estimated).

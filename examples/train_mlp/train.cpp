@@ -131,6 +131,12 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   dp_options.first_bucket_bytes = options.first_bucket_bytes;
   dp_options.gradient_sync =
       options.zero == 1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
+  dp_options.sharding = options.zero == 2   ? cohort::Sharding::zero2
+                        : options.zero == 3 ? cohort::Sharding::zero3
+                                            : cohort::Sharding::none;
+  // The layers read their parameters through dp.param() at each use, so ZeRO-2's all-gathers
+  // after a step may overlap the next forward.
+  dp_options.overlap_param_gather = options.zero == 2;
   dp_options.init = [&](cohort::DataParallel& d) { model.initialise(d, math, options.seed); };
   dp_options.compute_stream = stream;
   cohort::DataParallel dp(world, registry, dp_options);

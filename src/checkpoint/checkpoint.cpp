@@ -133,6 +133,10 @@ Checkpointer::Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOpt
     : dp_(dp), optimizer_(optimizer), scaler_(scaler), options_(std::move(options)),
       store_(dp.world().store().clone()), snapshot_(std::make_unique<Snapshot>()) {
   COHORT_EXPECTS(!options_.directory.empty(), "a Checkpointer needs a directory");
+  COHORT_EXPECTS(dp.options().sharding == Sharding::none,
+                 "a Checkpointer cannot save " + std::string(to_string(dp.options().sharding)) +
+                     " state yet (its shards are laid out by shard_layout(), which checkpoints do "
+                     "not read yet); checkpoint plain data parallel or ZeRO-1");
   COHORT_EXPECTS(options_.keep_last >= 0, "keep_last must be 0 (keep all) or positive");
   const Device device = dp.compute_stream().device();
   snapshot_->resource = device.is_host() ? std::shared_ptr<MemoryResource>(std::make_shared<HostResource>())

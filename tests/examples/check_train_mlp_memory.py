@@ -12,8 +12,9 @@ import os
 import subprocess
 import sys
 
-CATEGORIES = {"parameters", "gradients", "optimizer_state", "buckets", "activations", "other"}
-LIBRARY = ("parameters", "gradients", "optimizer_state", "buckets")
+CATEGORIES = {"parameters", "gradients", "optimizer_state", "buckets", "gathered", "activations",
+              "other"}
+LIBRARY = ("parameters", "gradients", "optimizer_state", "buckets", "gathered")
 # Large enough that the arenas dominate what the example holds (the data set is fixed).
 MODEL = ["--hidden", "512", "--layers", "4", "--steps", "3", "--log-every", "0"]
 RANKS = 4
