@@ -217,6 +217,10 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", options.first_bucket_mb,
                  "first bucket cap (MiB); default: from the measured link, or 1 with --bucket-mb")
       ->check(cli::positive(1 << 20));
+  app.add_option("--zero", options.zero,
+                 "0 plain data parallel, 2 ZeRO-2, 3 ZeRO-3 (each layer a unit; no link probe or "
+                 "model check, which describe plain data parallel)")
+      ->check(CLI::IsMember({0, 2, 3}));
   app.add_option("--hidden", options.hidden, "mlp: hidden width")->check(cli::whole(1, 1 << 20));
   app.add_option("--layers", options.layers, "mlp: linear layers")->check(cli::whole(1, 1000));
   app.add_option("--link-gbps", options.link_gbps, "projection: all-reduce busbw in a node (GB/s)")
@@ -267,6 +271,7 @@ int main(int argc, char** argv) {
       resolved.budgeted = world.device().is_host() && options.budget_s > 0.0;
       Options& o = resolved.options;
       if (o.warmup < 0) o.warmup = world.device().is_host() ? 1 : 3;
+      if (o.zero != 0) o.probe = false;  // the probe and the model are plain data parallel's
       if (o.sim_tflops <= 0.0) {
         // Forward and backward (twice the forward) of this rank's batch in target_step_ms.
         o.sim_tflops = 3.0 * resolved.workload.forward_flops() * resolved.batch /

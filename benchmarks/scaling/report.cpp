@@ -249,6 +249,11 @@ void print_report(const Setup& setup, const std::vector<Row>& rows,
   std::printf("# up to %d ranks, %s, on %s; %s\n", rows.back().ranks,
               std::string(cohort::to_string(world.backend())).c_str(),
               world.device().is_host() ? "host ranks" : "GPUs", machine_line().c_str());
+  if (o.zero != 0) {
+    std::printf("# ZeRO-%d: gradients reduce-scattered%s; the projection below is plain data "
+                "parallel's all-reduce model, not checked against this run\n",
+                o.zero, o.zero == 3 ? ", each layer a unit gathered before use" : "");
+  }
   if (setup.simulated) {
     std::printf("# compute: SIMULATED (a sleep of each layer's FLOPs / %g TFLOP/s on the compute "
                 "stream, %.0f ms a step; not a GPU measurement); communication: real\n", o.sim_tflops,
@@ -347,6 +352,7 @@ nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
   const Options& o = setup.options;
   nlohmann::json out;
   out["workload"] = setup.workload.name;
+  out["zero"] = o.zero;
   out["parameters"] = setup.workload.parameter_count();
   out["tensors"] = setup.workload.tensor_count();
   out["batch_per_rank"] = setup.batch;

@@ -33,6 +33,10 @@ int run_cli(int argc, char** argv, Model model) {
   app.add_option("--global-batch", options.global_batch, "samples per step over all ranks")
       ->check(cli::whole(1, 1 << 24));
   app.add_option("--seed", options.seed, "seed of the data set and the initial weights");
+  app.add_option("--train-samples", options.train_samples, "samples in the training split")
+      ->check(cli::whole(1, 1 << 24));
+  app.add_option("--test-samples", options.test_samples, "samples in the test split")
+      ->check(cli::whole(1, 1 << 24));
   if (model == Model::mlp) {
     app.add_option("--hidden", options.hidden, "width of the hidden layers")
         ->check(cli::whole(1, 1 << 24));
@@ -47,7 +51,7 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::positive(1e3));
   app.add_option("--zero", options.zero,
                  "ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded "
-                 "optimizer state, 2 sharded gradients too")
+                 "optimizer state, 2 sharded gradients too, 3 sharded parameters too (each layer a unit)")
       ->check(CLI::Range(0, kMaxZeroStage));
   bool zero1 = false;
   app.add_flag("--zero1", zero1, "the same as --zero 1");
@@ -111,6 +115,7 @@ int run_cli(int argc, char** argv, Model model) {
       device = cohort::Device::cuda(local_rank % gpus);
       sharing = (sharing + gpus - 1) / gpus;
     }
+    options.keep_params = !params_out.empty();
     check_memory_plan(options, world_size, device, sharing);
     options.ranks_in_process = ranks > 0 ? ranks : 1;
 

@@ -16,7 +16,7 @@
 namespace train_mlp {
 namespace {
 
-constexpr std::size_t kMlpEvalRows = 1024;  // the widest batch run() binds the MLP to
+constexpr std::size_t kMlpEvalRows = 1024;  // the widest test batch run() binds the MLP to
 
 /// Sums of the library's categories (parameters, gradients, optimizer state, buckets).
 bool is_library(cohort::MemoryCategory category) {
@@ -63,15 +63,23 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   const std::size_t stepped = options.zero >= 1 ? layout.shard_count : layout.arena_count;
   plan.library = layout.rank_bytes() + state_floats * stepped * sizeof(float);
   // The example: the training set on the host and its device copy (features and a label), the
-  // f32 copies of bf16 weights and gradients, the final download of every parameter, and for the
-  // MLP the activations of the widest batch it binds (the CNN's are not estimated).
+  // final download of every parameter when it is kept, for the MLP the f32 copies of one bf16
+  // layer's weights and gradients and the activations of the widest batch it binds (the CNN's
+  // are not estimated; its bf16 copies are of every layer).
   const auto samples = static_cast<std::size_t>(options.train_samples);
   const auto features =
       static_cast<std::size_t>(options.model == Model::mlp ? kFeatures : kImageSize * kImageSize);
-  plan.example = 2 * samples * (features + 1) * 4 + p * 4 + (bf16 ? p * 8 : 0);
+  plan.example = 2 * samples * (features + 1) * 4 + (options.keep_params ? p * 4 : 0);
+  if (bf16) {
+    std::size_t largest = 0;
+    for (const cohort::ParamInfo& info : registry.params()) largest = std::max(largest, info.count);
+    const auto hidden = static_cast<std::size_t>(options.hidden);
+    plan.example += options.model == Model::mlp ? 2 * (largest + hidden) * 4 : p * 8;
+  }
   if (options.model == Model::mlp) {
     const std::size_t rows =
-        std::max(kMlpEvalRows, static_cast<std::size_t>(options.global_batch / world_size));
+        std::max(std::min(kMlpEvalRows, static_cast<std::size_t>(eval_rows(options, world_size))),
+                 static_cast<std::size_t>(options.global_batch / world_size));
     const auto hidden = static_cast<std::size_t>(options.hidden);
     const auto layers = static_cast<std::size_t>(options.layers);
     plan.example += rows * (hidden * layers + 2 * std::max(hidden, features)) * 4;

@@ -27,7 +27,7 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const TrainOptions& options, int world_size);
 
 /// The ZeRO stages train_mlp can run (0 to this).
-inline constexpr int kMaxZeroStage = 2;
+inline constexpr int kMaxZeroStage = 3;
 
 /// Throws cohort::OutOfMemory, before anything is allocated, when `ranks_here` ranks (those that
 /// share `device`'s memory: the host's, under its container's limit) of a world of `world_size`

@@ -120,6 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
     Host, TrainMlp,
     ::testing::Values(Case{"default", with({})}, Case{"sgd", with({{"optimizer", "sgd"}})},
                       Case{"sgd_zero1", with({{"optimizer", "sgd"}, {"zero", "1"}})},
+                      Case{"zero2", with({{"zero", "2"}})}, Case{"zero3", with({{"zero", "3"}})},
+                      Case{"sgd_bf16_zero3",
+                           with({{"optimizer", "sgd"}, {"precision", "bf16"}, {"zero", "3"}})},
                       Case{"sgd_bf16", with({{"optimizer", "sgd"}, {"precision", "bf16"}})}),
     [](const ::testing::TestParamInfo<Case>& test) { return test.param.name; });
 
