@@ -13,7 +13,7 @@
 #   2. the GPU tests (ctest -L gpu --no-tests=error; each test program directly without ctest);
 #   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
 #      comm and DDP suites' rank programs (bin/*_gpu_worker), and
-#      train_mlp --precision bf16 --zero1 against the host backend's checksum;
+#      train_mlp --precision bf16 --zero 1, 2 and 3 against the host backend's checksums;
 #   4. the host cost of issuing a collective (allreduce_bench --issue-cost), 2 ranks;
 #   5. optim_bench (with the device copy ceiling), memory_bench (managed prefetched against
 #      cudaMalloc), allreduce_bench, checkpoint_bench's save stall on the GPU, scaling_bench with
@@ -213,21 +213,24 @@ for worker in "$bin"/*_gpu_worker; do
   [ -x "$worker" ] || continue
   step "$(basename "$worker"), 2 ranks" 90 required "$out_dir/$(basename "$worker")-2.log" "${two_ranks[@]}" "$worker"
 done
-mlp_args=(--precision bf16 --zero1 --steps 20 --global-batch 256 --seed 7)
-step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required "$out_dir/mlp-host.log" \
-  "$bin/train_mlp" --host --ranks 2 "${mlp_args[@]}" --json "$out_dir/mlp-host.json"
-step "train_mlp ${mlp_args[*]}, NCCL, 2 ranks" 90 required "$out_dir/mlp-nccl.log" \
-  "${two_ranks[@]}" "$bin/train_mlp" "${mlp_args[@]}" --json "$out_dir/mlp-nccl.json"
 checksum() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["param_checksum"])' "$1" 2>/dev/null; }
-host_sum=$(checksum "$out_dir/mlp-host.json")
-gpu_sum=$(checksum "$out_dir/mlp-nccl.json")
-if [ -n "$host_sum" ] && [ -n "$gpu_sum" ] &&
-   python3 -c 'import sys; h, g = map(float, sys.argv[1:]); sys.exit(0 if abs(h - g) <= 1e-2 * max(1.0, abs(h)) else 1)' "$host_sum" "$gpu_sum"; then
-  result "train_mlp checksum, NCCL against host" PASS "$gpu_sum against $host_sum (bf16: within 1e-2 relative)"
-else
-  result "train_mlp checksum, NCCL against host" FAIL "NCCL ${gpu_sum:-none} against host ${host_sum:-none}"
-  required_failed=1
-fi
+# ZeRO-1, ZeRO-2 and ZeRO-3 on two NCCL ranks sharing the GPU agree with the host backend.
+for zero in 1 2 3; do
+  mlp_args=(--precision bf16 --zero "$zero" --steps 20 --global-batch 256 --seed 7)
+  step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required "$out_dir/mlp-host-zero$zero.log" \
+    "$bin/train_mlp" --host --ranks 2 "${mlp_args[@]}" --json "$out_dir/mlp-host-zero$zero.json"
+  step "train_mlp ${mlp_args[*]}, NCCL, 2 ranks" 90 required "$out_dir/mlp-nccl-zero$zero.log" \
+    "${two_ranks[@]}" "$bin/train_mlp" "${mlp_args[@]}" --json "$out_dir/mlp-nccl-zero$zero.json"
+  host_sum=$(checksum "$out_dir/mlp-host-zero$zero.json")
+  gpu_sum=$(checksum "$out_dir/mlp-nccl-zero$zero.json")
+  if [ -n "$host_sum" ] && [ -n "$gpu_sum" ] &&
+     python3 -c 'import sys; h, g = map(float, sys.argv[1:]); sys.exit(0 if abs(h - g) <= 1e-2 * max(1.0, abs(h)) else 1)' "$host_sum" "$gpu_sum"; then
+    result "train_mlp --zero $zero checksum, NCCL against host" PASS "$gpu_sum against $host_sum (bf16: within 1e-2 relative)"
+  else
+    result "train_mlp --zero $zero checksum, NCCL against host" FAIL "NCCL ${gpu_sum:-none} against host ${host_sum:-none}"
+    required_failed=1
+  fi
+done
 
 # ---- 4. host cost per collective ----------------------------------------------------------------
 section "4. Host cost of issuing a collective ($context)"

@@ -81,7 +81,7 @@ def main(folder):
         per = report["memory"]["bytes_per_parameter"]
         persistent = per["parameters"] + per["gradients"] + per["optimizer_state"]
         in_flight = per.get("buckets", 0.0) + per.get("gathered", 0.0)
-        pieces = 4 if name == "zero3" else 2
+        pieces = 4 if name == "zero3" else 1  # ZeRO-3: two units and their gradients
         one = in_flight / pieces if in_flight else 0.0
         print(f"| {name} | {per['parameters']:.2f} | {per['gradients']:.2f} | "
               f"{per['optimizer_state']:.2f} | {persistent:.2f} | {in_flight:.2f} | {one:.2f} |")

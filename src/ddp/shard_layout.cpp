@@ -85,14 +85,15 @@ std::size_t ShardLayout::largest_segment() const noexcept {
   return largest;
 }
 
-std::size_t ShardLayout::rank_bytes() const noexcept {
+std::size_t ShardLayout::rank_bytes(int buckets_in_flight) const noexcept {
   std::size_t elements = 0;
   switch (sharding) {
     case Sharding::none:
       elements = 2 * arena_count;
       break;
     case Sharding::zero2:
-      elements = arena_count + shard_count + kBucketsInFlight * largest_segment();
+      elements = arena_count + shard_count +
+                 static_cast<std::size_t>(buckets_in_flight) * largest_segment();
       break;
     case Sharding::zero3:
       elements = 2 * shard_count + 2 * kUnitsInFlight * largest_segment();

@@ -60,6 +60,9 @@ ShardedEngine::ShardedEngine(const Setup& setup)
   COHORT_EXPECTS(
       options_.compression == Compression::none,
       "DataParallel: wire compression is not available with " + mode + "; use Compression::none");
+  COHORT_EXPECTS(options_.buckets_in_flight >= 1,
+                 "DataParallel: buckets_in_flight must be at least 1, got " +
+                     std::to_string(options_.buckets_in_flight));
   COHORT_EXPECTS(!options_.param_memory && !options_.grad_memory,
                  "DataParallel: param_memory and grad_memory (your own arenas) are not available "
                  "with " +
@@ -71,7 +74,8 @@ ShardedEngine::ShardedEngine(const Setup& setup)
         "Per rank, " +
         other_modes(registry_, ranks_, sharding, setup.sizing, setup.room.bytes, sharing) +
         ". Use a mode that fits, more ranks, or a smaller model.";
-    check_memory_fits(setup.room, memory_->device(), layout_.rank_bytes(), sharing,
+    check_memory_fits(setup.room, memory_->device(), layout_.rank_bytes(options_.buckets_in_flight),
+                      sharing,
                       "DataParallel " + mode + " (" + std::to_string(registry_.size()) +
                           " parameters: its shards and buffers in flight)",
                       advice);
@@ -86,7 +90,7 @@ ShardedEngine::ShardedEngine(const Setup& setup)
     allocate_units();
   } else {
     params_ = Buffer(memory_, layout_.arena_count * element, MemoryCategory::parameters);
-    buckets_.emplace(memory_, layout_.largest_segment() * element, kBucketsInFlight,
+    buckets_.emplace(memory_, layout_.largest_segment() * element, options_.buckets_in_flight,
                      MemoryCategory::buckets, "ZeRO-2's gradient buckets");
     fill_zero(arena_view(), compute_);
   }

@@ -56,6 +56,7 @@ struct ShardedRun {
   float clip = 0.0f;      ///< > 0: clip_grad_norm before each step
   bool scaler = false;    ///< a loss scaler (gradients scaled by it)
   bool overlap_param_gather = false;
+  int buckets_in_flight = kDefaultBucketsInFlight;
   std::size_t bucket_bytes = 2048;  ///< small: several buckets, and parameters larger than one
   std::size_t first_bucket_bytes = 512;
   std::size_t last_bucket_bytes = 512;
@@ -111,6 +112,7 @@ inline std::vector<float> train_sharded(World& world, const ShardedRun& run) {
   options.first_bucket_bytes = run.first_bucket_bytes;
   options.last_bucket_bytes = run.last_bucket_bytes;
   options.overlap_param_gather = run.overlap_param_gather;
+  options.buckets_in_flight = run.buckets_in_flight;
   options.init = [&](DataParallel& dp) {
     for (std::size_t p = 0; p < model.params.size(); ++p) {
       const UnitHandle unit = model.units[p / 2];

@@ -192,15 +192,18 @@ TEST(ShardLayout, UnitsAreDeclaredOnceWithKnownParameters) {
 
 // ---- Training against plain data parallel ----
 
-/// The final parameters of `run` on `ranks` ranks; checks the ranks agree bitwise.
-std::vector<float> train(int ranks, const cohort::test::ShardedRun& run) {
+/// The final parameters of `run` on `ranks` ranks (`per_node` of them a simulated host, 0: all on
+/// one); checks the ranks agree bitwise.
+std::vector<float> train(int ranks, const cohort::test::ShardedRun& run, int per_node = 0) {
+  cohort::WorldOptions options = host_options();
+  options.ranks_per_node = per_node;
   std::vector<std::vector<float>> results(static_cast<std::size_t>(ranks));
   cohort::run_local(
       ranks,
       [&](cohort::World& world) {
         results[static_cast<std::size_t>(world.rank())] = cohort::test::train_sharded(world, run);
       },
-      host_options());
+      options);
   for (int r = 1; r < ranks; ++r) {
     const auto& mine = results[static_cast<std::size_t>(r)];
     EXPECT_EQ(mine.size(), results[0].size());
@@ -269,8 +272,9 @@ TEST_P(Sharded, TrainsAsPlainDataParallelDoes) {
                    std::string(sgd ? "SGD, " : "AdamW, ") + name_of(GetParam()));
     if (sharding == Sharding::zero2) {
       run.overlap_param_gather = true;
+      run.buckets_in_flight = 2;
       expect_matches(train(ranks, run), plain, bitwise_expected(ranks, false),
-                     "overlapped all-gathers, " + name_of(GetParam()));
+                     "overlapped all-gathers, 2 buckets in flight, " + name_of(GetParam()));
     }
   }
 }
@@ -297,6 +301,20 @@ TEST_P(Sharded, AccumulationAndClippingWithinRounding) {
                  "3 micro-batches, clipped, " + name_of(GetParam()));
 }
 
+// Two simulated hosts of two ranks: the world's communicator is hierarchical (shared memory in a
+// host, Gloo across; Gloo throughout when forced), whose reduce-scatter sums as its all-reduce
+// does (Note [Hierarchical reduce-scatter]): bitwise equal to plain data parallel on two hosts.
+TEST(ShardedAcrossHosts, TwoHostsOfTwoTrainAsPlainDataParallel) {
+  const bool hierarchical = cohort_test::expected_host_backend() == cohort::Backend::shm;
+  for (const Sharding sharding : {Sharding::zero2, Sharding::zero3}) {
+    cohort::test::ShardedRun run;
+    const std::vector<float> plain = train(4, run, 2);
+    run.sharding = sharding;
+    expect_matches(train(4, run, 2), plain, hierarchical,
+                   std::string(to_string(sharding)) + " on 2 hosts of 2 ranks");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, Sharded,
     ::testing::Values(ModeCase{Sharding::zero2, 1}, ModeCase{Sharding::zero2, 2},
@@ -318,7 +336,7 @@ struct PerParameter {
   double one_bucket = 0.0;  ///< the largest bucket or unit, per parameter
 };
 
-PerParameter bytes_per_parameter(int ranks, Sharding sharding) {
+PerParameter bytes_per_parameter(int ranks, Sharding sharding, int buckets_in_flight = 1) {
   PerParameter result;
   std::mutex mutex;
   cohort::run_local(
@@ -331,6 +349,7 @@ PerParameter bytes_per_parameter(int ranks, Sharding sharding) {
         }
         cohort::DataParallelOptions options;
         options.sharding = sharding;
+        options.buckets_in_flight = buckets_in_flight;
         options.bucket_bytes = std::size_t{256} << 10;  // one parameter a bucket
         options.first_bucket_bytes = std::size_t{256} << 10;
         cohort::DataParallel dp(world, registry, options);
@@ -365,15 +384,17 @@ PerParameter bytes_per_parameter(int ranks, Sharding sharding) {
 }
 
 // f32 AdamW on N ranks: parameters 4 + gradients 4/N + moments 8/N, plus the padding of the
-// buckets; two buckets in flight.
-TEST(ZeroTwoMemory, HoldsFourPlusTwelveOverNBytesPerParameterAndTwoBuckets) {
+// buckets; one bucket in flight (buckets_in_flight, 1 by default), or two when asked.
+TEST(ZeroTwoMemory, HoldsFourPlusTwelveOverNBytesPerParameterAndOneBucket) {
   for (const int ranks : {2, 4}) {
     const PerParameter bytes = bytes_per_parameter(ranks, Sharding::zero2);
     EXPECT_GE(bytes.persistent, 4.0 + 12.0 / ranks) << ranks << " ranks";
     EXPECT_LE(bytes.persistent, 4.0 + 12.0 / ranks + 0.05) << ranks << " ranks";
-    EXPECT_NEAR(bytes.buckets, 2 * bytes.one_bucket, 1e-9) << ranks << " ranks";
+    EXPECT_NEAR(bytes.buckets, bytes.one_bucket, 1e-9) << ranks << " ranks";
     EXPECT_NEAR(bytes.one_bucket, 0.5, 0.01) << ranks << " ranks";  // a bucket: one of 8 weights
   }
+  const PerParameter two = bytes_per_parameter(4, Sharding::zero2, 2);
+  EXPECT_NEAR(two.buckets, 2 * two.one_bucket, 1e-9);
 }
 
 // ZeRO-3, f32 AdamW on N ranks: 16/N (parameters, gradients, moments of the shard), plus the

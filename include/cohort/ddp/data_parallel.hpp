@@ -139,11 +139,13 @@
 /// Note [ZeRO-2]
 /// With `sharding = Sharding::zero2` every rank holds every parameter, but gradients only as
 /// its shard (Note [Shard layout] in shard_layout.hpp), with its shard of the optimizer state:
-/// 4 + 12/N bytes per parameter for f32 AdamW on N ranks, plus two buckets in flight.
+/// 4 + 12/N bytes per parameter for f32 AdamW on N ranks, plus one bucket in flight
+/// (`buckets_in_flight`).
 /// - `grad(h)` is where backward writes `h`'s gradient: its bucket (a run of whole parameters
 ///   under the bucket caps) is opened at the first `grad(h)` or `grad_ready(h)` of its
-///   parameters, in one of a small ring of bucket buffers (Note [Slot rings]): the compute stream
-///   waits until the buffer's previous reduce-scatter has read it, then zeroes it. When every
+///   parameters, in one of a ring of `buckets_in_flight` bucket buffers (Note [Slot rings]):
+///   the compute stream waits until the buffer's previous reduce-scatter has read it, then zeroes
+///   it. When every
 ///   parameter of a bucket is marked, the bucket is reduce-scattered (average) into this rank's
 ///   shard of the gradients, in bucket order as for plain data parallel, and its buffer goes back
 ///   to the ring. So no whole gradient exists past the bucket in flight, and a gradient read
@@ -293,6 +295,11 @@ struct DataParallelOptions {
   bool collect_stats = true;
   /// What is sharded across ranks (same on every rank; Note [ZeRO-2], Note [Shard layout]).
   Sharding sharding = Sharding::none;
+  /// ZeRO-2: bucket buffers in flight (Note [ZeRO-2]): 1 holds one bucket's gradients beyond
+  /// the shard, and opening the next bucket waits until the last one's reduce-scatter has read
+  /// it (backward's other work, such as the input gradients, overlaps it); 2 lets backward fill
+  /// the next bucket meanwhile, for one more bucket of memory.
+  int buckets_in_flight = kDefaultBucketsInFlight;
   /// ZeRO-2: `param(h)` waits for `h`'s bucket's all-gather after a step instead of the compute
   /// stream waiting for all of them at the step, so forward overlaps them. Only for programs that
   /// call `param(h)` before each use (same on every rank; Note [ZeRO-2]).

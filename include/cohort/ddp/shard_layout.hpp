@@ -74,9 +74,10 @@ struct ShardPiece {
   friend constexpr bool operator==(const ShardPiece&, const ShardPiece&) noexcept = default;
 };
 
-/// Buffers in flight: ZeRO-2's bucket ring, ZeRO-3's gathered units (each with a gradient
-/// buffer in backward). A program that holds more at once makes the ring grow (Note [Slot rings]).
-inline constexpr int kBucketsInFlight = 2;
+/// Buffers in flight: ZeRO-2's bucket ring (the default of `DataParallelOptions::
+/// buckets_in_flight`), ZeRO-3's gathered units (each with a gradient buffer in backward). A
+/// program that holds more at once makes the ring grow (Note [Slot rings]).
+inline constexpr int kDefaultBucketsInFlight = 1;
 inline constexpr int kUnitsInFlight = 2;
 
 struct ShardLayout {
@@ -95,9 +96,9 @@ struct ShardLayout {
   /// The most elements of any segment (the largest bucket or unit).
   std::size_t largest_segment() const noexcept;
   /// Bytes one rank's `DataParallel` holds in this layout, the optimizer's state aside:
-  /// parameters, gradients and the buffers in flight (ZeRO-2's two buckets, ZeRO-3's two
-  /// gathered units with their gradients).
-  std::size_t rank_bytes() const noexcept;
+  /// parameters, gradients and the buffers in flight (ZeRO-2's buckets, ZeRO-3's two gathered
+  /// units with their gradients).
+  std::size_t rank_bytes(int buckets_in_flight = kDefaultBucketsInFlight) const noexcept;
   /// The arena as a bucket plan whose buckets are the segments (what `DataParallel::plan()`
   /// returns in the sharded modes).
   BucketPlan as_bucket_plan() const;
