@@ -20,22 +20,30 @@ std::size_t cap_elements(std::size_t bytes, std::size_t element_bytes, std::size
 }
 
 /// ZeRO-2: groups of consecutive parameters (in arena order) under the caps, like the buckets of
-/// plain data parallel but cut at parameter boundaries; a parameter larger than its cap ends the
-/// group it joins (Note [Shard layout]).
+/// plain data parallel but cut at parameter boundaries, and never inside a unit (its parameters
+/// are written together: a bucket split there would hold two buckets open at once); a parameter
+/// larger than its cap ends the group it joins (Note [Shard layout]). `unit[k]` is the unit of
+/// the k-th parameter in arena order, or `none`.
 std::vector<std::vector<std::uint32_t>> bucket_groups(const std::vector<std::uint32_t>& order,
                                                       const std::vector<std::size_t>& sizes,
-                                                      std::size_t first_cap, std::size_t cap,
-                                                      std::size_t last_cap) {
+                                                      const std::vector<std::uint32_t>& unit,
+                                                      std::uint32_t none, std::size_t first_cap,
+                                                      std::size_t cap, std::size_t last_cap) {
   const std::size_t n = order.size();
-  // The tail that the last cap holds: the parameters at the end of the arena (at least one, and
-  // never the first).
+  auto can_cut_before = [&](std::size_t k) {
+    return k == 0 || unit[k] == none || unit[k] != unit[k - 1];
+  };
+  // The tail that the last cap holds: the parameters at the end of the arena, when the last one
+  // fits the cap, never the first one, and from a unit's start.
   std::size_t tail_begin = n;
-  if (last_cap > 0 && n > 1) {
+  if (last_cap > 0 && n > 1 && sizes[n - 1] <= last_cap) {
     tail_begin = n - 1;
     std::size_t total = sizes[tail_begin];
     while (tail_begin > 1 && total + sizes[tail_begin - 1] <= last_cap) {
       total += sizes[--tail_begin];
     }
+    while (tail_begin > 0 && !can_cut_before(tail_begin)) --tail_begin;
+    if (tail_begin == 0) tail_begin = n;
   }
   std::vector<std::vector<std::uint32_t>> groups;
   std::size_t total = 0;
@@ -43,7 +51,8 @@ std::vector<std::vector<std::uint32_t>> bucket_groups(const std::vector<std::uin
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t limit = groups.size() == 1 ? first_cap : cap;
     const bool oversized = sizes[k] > limit;
-    if (closed || k == tail_begin || (!oversized && total + sizes[k] > limit)) {
+    const bool full = k < tail_begin && !oversized && total + sizes[k] > limit;
+    if (groups.empty() || k == tail_begin || ((closed || full) && can_cut_before(k))) {
       groups.emplace_back();
       total = 0;
     }
@@ -159,11 +168,15 @@ ShardLayout make_shard_layout(const ParamRegistry& registry, int world_size, Sha
   } else if (sharding == Sharding::zero2) {
     std::vector<std::uint32_t> order;
     std::vector<std::size_t> sizes;
+    std::vector<std::uint32_t> unit;
     for (std::size_t i = params.size(); i-- > 0;) {
       order.push_back(static_cast<std::uint32_t>(i));
       sizes.push_back(round_up(params[i].count, alignment));
+      unit.push_back(registry.unit_index_of(ParamHandle{static_cast<std::uint32_t>(i)}));
     }
-    groups = bucket_groups(order, sizes, cap_elements(first_bucket_bytes, element_bytes, alignment),
+    const auto none = static_cast<std::uint32_t>(units.size());
+    groups = bucket_groups(order, sizes, unit, none,
+                           cap_elements(first_bucket_bytes, element_bytes, alignment),
                            cap_elements(bucket_bytes, element_bytes, alignment),
                            last_bucket_bytes == 0
                                ? 0

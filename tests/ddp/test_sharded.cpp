@@ -146,7 +146,8 @@ TEST(ShardLayout, ZeroTwoCutsBucketsAtParametersUnderTheCaps) {
 }
 
 // A weight larger than the cap joins the bucket its bias began and ends it: backward writes a
-// layer's two gradients together, and they are reduce-scattered together.
+// layer's two gradients together, and they are reduce-scattered together. The last parameter
+// (w0, 1280 bytes) is larger than the last cap (512): no tail of its own, it joins its bias.
 TEST(ShardLayout, ZeroTwoKeepsALargeWeightWithTheBiasBeforeIt) {
   cohort::ParamRegistry registry;
   registry.add("w0", {300});
@@ -157,11 +158,39 @@ TEST(ShardLayout, ZeroTwoKeepsALargeWeightWithTheBiasBeforeIt) {
   registry.add("b2", {3});
   const ShardLayout layout =
       cohort::make_shard_layout(registry, 2, Sharding::zero2, 2048, 2048, 512);
-  ASSERT_EQ(layout.segments.size(), 3U) << layout.describe();
+  ASSERT_EQ(layout.segments.size(), 2U) << layout.describe();
   EXPECT_EQ(layout.segments[0].params, std::vector<std::uint32_t>({5, 4, 3, 2}));
-  EXPECT_EQ(layout.segments[1].params, std::vector<std::uint32_t>({1}));
-  EXPECT_EQ(layout.segments[2].params, std::vector<std::uint32_t>({0}));  // the last cap's
+  EXPECT_EQ(layout.segments[1].params, std::vector<std::uint32_t>({1, 0}));
   expect_consistent(layout, registry);
+  // With a last cap that holds w0 (2048 bytes), w0 and b0 make the tail.
+  const ShardLayout tail = cohort::make_shard_layout(registry, 2, Sharding::zero2, 2048, 2048, 2048);
+  ASSERT_EQ(tail.segments.size(), 2U) << tail.describe();
+  EXPECT_EQ(tail.segments[1].params, std::vector<std::uint32_t>({1, 0}));
+}
+
+// With units declared, no bucket cuts a unit (a layer's weight and bias are written together):
+// whatever the caps, each unit lies in one bucket, also at the tail the last cap makes.
+TEST(ShardLayout, ZeroTwoNeverCutsAUnit) {
+  cohort::ParamRegistry registry;
+  const std::size_t widths[] = {32, 300, 40, 200, 10};
+  for (std::size_t l = 0; l + 1 < std::size(widths); ++l) {
+    const cohort::ParamHandle w =
+        registry.add("fc" + std::to_string(l) + ".weight", {widths[l + 1], widths[l]});
+    const cohort::ParamHandle b = registry.add("fc" + std::to_string(l) + ".bias", {widths[l + 1]});
+    registry.add_unit("fc" + std::to_string(l), {w, b});
+  }
+  for (const std::size_t cap : {std::size_t{256}, std::size_t{4096}, std::size_t{40000}}) {
+    for (const std::size_t end_cap : {std::size_t{256}, std::size_t{2048}, std::size_t{65536}}) {
+      const ShardLayout layout =
+          cohort::make_shard_layout(registry, 3, Sharding::zero2, cap, end_cap, end_cap);
+      expect_consistent(layout, registry);
+      for (const cohort::UnitInfo& unit : registry.units()) {
+        EXPECT_EQ(layout.segment_of[unit.params[0].index], layout.segment_of[unit.params[1].index])
+            << unit.name << " cut, caps " << cap << " and " << end_cap << "\n"
+            << layout.describe();
+      }
+    }
+  }
 }
 
 TEST(ShardLayout, UnitsAreDeclaredOnceWithKnownParameters) {

@@ -18,9 +18,10 @@
 ///   are the ZeRO-1 shards [r x n, (r + 1) x n), as before segments existed.
 /// - `Sharding::zero2`: the segments are the gradient buckets, cut at parameter boundaries (a
 ///   bucket of ZeRO-2 is reduce-scattered on its own, into a buffer where backward wrote whole
-///   parameters), with the same three caps as the buckets of plain data parallel. A parameter
-///   larger than its cap ends the bucket it joins: a layer's bias stays with its weight (backward
-///   writes both at once), and the largest bucket is at most the largest parameter plus a cap.
+///   parameters), with the same three caps as the buckets of plain data parallel. A bucket is
+///   never cut inside a unit of the registry (backward writes a unit's gradients together, and a
+///   unit split in two would hold two buckets open at once), and a parameter larger than its cap
+///   ends the bucket it joins (a layer's bias stays with its weight even without units).
 /// - `Sharding::zero3`: the segments are the registry's units, in reverse declaration order (the
 ///   unit backward reaches first at offset 0, as parameters are laid out in reverse registration
 ///   order), each unit's parameters in reverse registration order within it.
