@@ -49,7 +49,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   }
   const std::size_t p = plan.parameters;
   // The library: what DataParallel holds in the stage's layout (shard_layout.hpp; automatic
-  // bucket caps are measured at start, at most the default ones), and the optimizer state
+  // bucket caps are measured at start, the largest they may be assumed here), and the optimizer
+  // state
   // (AdamW's two moments or SGD's momentum, f32 master weights under bf16) for the whole arena,
   // or from ZeRO-1 on for this rank's shard.
   const cohort::Sharding sharding = options.zero == 2   ? cohort::Sharding::zero2
@@ -57,8 +58,10 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
                                                         : cohort::Sharding::none;
   const bool automatic = options.bucket_bytes == cohort::kAutoBucketBytes;
   const cohort::ShardLayout layout = cohort::make_shard_layout(
-      registry, world_size, sharding, automatic ? cohort::kDefaultBucketBytes : options.bucket_bytes,
-      automatic ? cohort::kDefaultFirstBucketBytes : options.first_bucket_bytes);
+      registry, world_size, sharding,
+      automatic ? cohort::kMaxAutoBucketBytes : options.bucket_bytes,
+      automatic ? cohort::kMaxAutoBucketBytes : options.first_bucket_bytes,
+      automatic ? cohort::kMaxAutoBucketBytes : cohort::kDefaultLastBucketBytes);
   const std::size_t state_floats = (options.optimizer == "adamw" ? 2U : 1U) + (bf16 ? 1U : 0U);
   const std::size_t stepped = options.zero >= 1 ? layout.shard_count : layout.arena_count;
   plan.library = layout.rank_bytes() + state_floats * stepped * sizeof(float);
