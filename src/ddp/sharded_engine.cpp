@@ -3,7 +3,6 @@
 
 #include "sharded_engine.hpp"
 
-#include "arena_ops.hpp"
 #include "sharded_ops.hpp"
 #include "stream_debug.hpp"
 
@@ -11,6 +10,7 @@
 #include <cohort/core/error.hpp>
 #include <cohort/core/format.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <string>
 
 namespace cohort::detail {
@@ -92,9 +92,9 @@ ShardedEngine::ShardedEngine(const Setup& setup)
     params_ = Buffer(memory_, layout_.arena_count * element, MemoryCategory::parameters);
     buckets_.emplace(memory_, layout_.largest_segment() * element, options_.buckets_in_flight,
                      MemoryCategory::buckets, "ZeRO-2's gradient buckets");
-    fill_zero(arena_view(), compute_);
+    zero_async(arena_view(), compute_);
   }
-  fill_zero(grad_shard(), compute_);
+  zero_async(grad_shard(), compute_);
   segments_.resize(layout_.segments.size());
   marked_.assign(registry_.size(), false);
   marked_window_.assign(registry_.size(), false);
@@ -201,7 +201,7 @@ void ShardedEngine::open(std::size_t s) {
   Segment& state = segments_[s];
   if (state.slot >= 0) return;
   state.slot = buckets_->acquire(compute_);
-  fill_zero(slot_view(*buckets_, state.slot, layout_.segments[s].slice.count), compute_);
+  zero_async(slot_view(*buckets_, state.slot, layout_.segments[s].slice.count), compute_);
   state.pending = layout_.segments[s].params.size();
 }
 
@@ -327,10 +327,11 @@ void ShardedEngine::zero_grads() {
   // The shard may still be written by a reduce-scatter in flight.
   comm_done_.record(comm_stream_);
   compute_.wait(comm_done_);
-  fill_zero(grad_shard(), compute_);
+  zero_async(grad_shard(), compute_);
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     if (segments_[s].slot >= 0) {
-      fill_zero(slot_view(*buckets_, segments_[s].slot, layout_.segments[s].slice.count), compute_);
+      zero_async(slot_view(*buckets_, segments_[s].slot, layout_.segments[s].slice.count),
+                 compute_);
     }
     segments_[s].accumulate = false;
   }

@@ -3,11 +3,11 @@
 
 #include "sharded_engine.hpp"
 
-#include "arena_ops.hpp"
 #include "sharded_ops.hpp"
 #include "stream_debug.hpp"
 
 #include <cohort/core/error.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -52,7 +52,7 @@ void ShardedEngine::allocate_units() {
   for (std::size_t s = 0; s < layout_.segments.size(); ++s) {
     unit_segment_[layout_.segments[s].unit] = static_cast<std::uint32_t>(s);
   }
-  fill_zero(param_shard(), compute_);
+  zero_async(param_shard(), compute_);
   check_tags_ = device_.is_host() && ranks_ > 1;
   if (check_tags_) {
     // Per unit and pass: this rank's tag, then every rank's (Note [Unit tags]).
@@ -157,7 +157,7 @@ void ShardedEngine::gather_unit(UnitHandle unit, Pass pass) {
   }
   if (pass == Pass::backward) {
     state.slot = buckets_->acquire(compute_);
-    fill_zero(slot_view(*buckets_, state.slot, layout_.segments[s].slice.count), compute_);
+    zero_async(slot_view(*buckets_, state.slot, layout_.segments[s].slice.count), compute_);
     state.pending = layout_.segments[s].params.size();
     state.reduced = false;
     for (const std::uint32_t param : layout_.segments[s].params) marked_[param] = false;
@@ -297,7 +297,7 @@ void ShardedEngine::unit_sync_grads(bool in_no_sync) {
   for (const std::uint32_t param : unused) {
     const std::size_t s = segment_of_unit(registry_.unit_index_of(ParamHandle{param}));
     if (!segments_[s].accumulate) {
-      fill_zero(piece_of(grad_shard_, s), compute_);
+      zero_async(piece_of(grad_shard_, s), compute_);
       segments_[s].accumulate = true;  // zeroed once
     }
   }

@@ -36,7 +36,7 @@ using cohort_test::message_of;
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(30);
   return options;
 }
@@ -163,7 +163,8 @@ TEST(ShardLayout, ZeroTwoKeepsALargeWeightWithTheBiasBeforeIt) {
   EXPECT_EQ(layout.segments[1].params, std::vector<std::uint32_t>({1, 0}));
   expect_consistent(layout, registry);
   // With a last cap that holds w0 (2048 bytes), w0 and b0 make the tail.
-  const ShardLayout tail = cohort::make_shard_layout(registry, 2, Sharding::zero2, 2048, 2048, 2048);
+  const ShardLayout tail =
+      cohort::make_shard_layout(registry, 2, Sharding::zero2, 2048, 2048, 2048);
   ASSERT_EQ(tail.segments.size(), 2U) << tail.describe();
   EXPECT_EQ(tail.segments[1].params, std::vector<std::uint32_t>({1, 0}));
 }
@@ -701,7 +702,8 @@ TEST(ZeroTwo, ACheckpointerRefusesItsStateForNow) {
         cohort::DataParallel dp(world, registry, options);
         EXPECT_TRUE(contains(message_of<cohort::InvalidArgument>([&] {
                                cohort::Checkpointer checkpoints(
-                                   dp, nullptr, cohort::CheckpointOptions{.directory = "unused"});
+                                   dp, cohort::without_optimizer,
+                                   cohort::CheckpointOptions{.directory = "unused"});
                              }),
                              "cannot save zero2 state yet"));
       },
