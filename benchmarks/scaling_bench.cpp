@@ -180,7 +180,10 @@ int run(cohort::World& world, const Setup& setup, const Link& links_file) {
     }
     report.rows.push_back(summarize(k, all, setup));
     attribute(report.rows.back(), report.rows.front());
-    report.checks.push_back(check_model(setup, all, report.rows.back(), registry, probe));
+    // The model replays plain data parallel's all-reduces: the sharded modes are not checked.
+    report.checks.push_back(setup.options.zero == 0
+                                ? check_model(setup, all, report.rows.back(), registry, probe)
+                                : ModelCheck{});
     probes.push_back(probe);
     samples_by_count.push_back(std::move(all));
     const Row& row = report.rows.back();
@@ -293,6 +296,10 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", options.first_bucket_mb, "first bucket cap (MiB)")
       ->check(cli::positive(1 << 20))
       ->default_str("from the measured link, or 1 with --bucket-mb");
+  app.add_option("--zero", options.zero,
+                 "0 plain data parallel, 2 ZeRO-2, 3 ZeRO-3 (each layer a unit; no link probe, "
+                 "model check or projection, which model plain data parallel)")
+      ->check(CLI::IsMember({0, 2, 3}));
   app.add_option("--hidden", options.hidden, "mlp: hidden width")->check(cli::whole(1, 1 << 20));
   app.add_option("--layers", options.layers, "mlp: linear layers")->check(cli::whole(1, 1000));
   app.add_option("--target", options.target,
@@ -362,6 +369,14 @@ int main(int argc, char** argv) {
           cli::refuse_unless(app, options.compute != "real", {"--sim-tflops", "--target-step-ms"},
                              "sets simulated compute, but --compute real runs "
                              "real compute")) {
+    return *refused;
+  }
+  if (const auto refused = cli::refuse_unless(
+          app, options.zero == 0,
+          {"--target", "--target-utilization", "--links", "--link-gbps", "--link-latency-us",
+           "--node-gbps", "--node-latency-us", "--project-to", "--gpus-per-node", "--no-probe"},
+          "sets the link probe or the projection, which model plain data parallel's all-reduces: "
+          "--zero 2 and 3 have neither")) {
     return *refused;
   }
   if (app.count("--sim-tflops") > 0 && app.count("--target-step-ms") > 0) {
@@ -487,6 +502,7 @@ int main(int argc, char** argv) {
       Options& o = resolved.options;
       // Two on host ranks: the first step after a large model's set-up still faults its arenas in.
       if (o.warmup < 0) o.warmup = world.device().is_host() ? 2 : 3;
+      if (o.zero != 0) o.probe = false;  // the probe and the model are plain data parallel's
       if (o.sim_tflops <= 0.0) {
         // Forward and backward (twice the forward) of this rank's batch in target_step_ms.
         o.sim_tflops = 3.0 * resolved.workload.forward_flops() * resolved.batch /

@@ -291,6 +291,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    add_kernel(const T* from, T* to, std::size_t count, bool vectorized) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t groups = vectorized ? count / kVector : 0;
+  for (std::size_t group = thread; group < groups; group += stride) {
+    float a[kVector];
+    float b[kVector];
+    load4(to, group * kVector, a);
+    load4(from, group * kVector, b);
+#pragma unroll
+    for (std::size_t k = 0; k < kVector; ++k) {
+      a[k] += b[k];
+    }
+    store4(to, group * kVector, a);
+  }
+  for (std::size_t i = groups * kVector + thread; i < count; i += stride) {
+    to[i] = from_float<T>(to_float(to[i]) + to_float(from[i]));
+  }
+}
+
 }  // namespace
 
 namespace cuda {
@@ -354,6 +376,25 @@ void cast(const TensorView& from, const TensorView& to, void* stream) {
       launch<kernel>("a cast", grid_for<kernel>(work), kThreads, static_cast<cudaStream_t>(stream),
                      input, output, count, vectorized);
     });
+  });
+}
+
+void add(const TensorView& from, const TensorView& to, void* stream) {
+  COHORT_EXPECTS_EQ(from.count(), to.count(), "an add needs views of the same count");
+  COHORT_EXPECTS(from.dtype() == to.dtype(), "an add needs views of the same dtype");
+  if (from.count() == 0) {
+    return;
+  }
+  detail::visit_float_type(from.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const auto* input = static_cast<const T*>(from.data());
+    auto* output = static_cast<T*>(to.data());
+    const std::size_t count = from.count();
+    const bool vectorized = vector_aligned(input) && vector_aligned(output);
+    const std::size_t work = vectorized ? count / kVector + count % kVector : count;
+    constexpr auto kernel = add_kernel<T>;
+    launch<kernel>("an add", grid_for<kernel>(work), kThreads, static_cast<cudaStream_t>(stream),
+                   input, output, count, vectorized);
   });
 }
 

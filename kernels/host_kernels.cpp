@@ -170,5 +170,18 @@ void cast(const TensorView& from, const TensorView& to) {
   });
 }
 
+void add(const TensorView& from, const TensorView& to) {
+  COHORT_EXPECTS_EQ(from.count(), to.count(), "an add needs views of the same count");
+  COHORT_EXPECTS(from.dtype() == to.dtype(), "an add needs views of the same dtype");
+  detail::visit_float_type(from.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const auto* source = static_cast<const T*>(from.data());
+    auto* destination = static_cast<T*>(to.data());
+    for (std::size_t i = 0; i < from.count(); ++i) {
+      destination[i] = from_float<T>(to_float(destination[i]) + to_float(source[i]));
+    }
+  });
+}
+
 }  // namespace host
 }  // namespace cohort::kernels

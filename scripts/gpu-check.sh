@@ -15,8 +15,8 @@
 #      and its collectives on NCCL (--collective); hooks doctor-*;
 #   2. the GPU tests (ctest -L gpu --no-tests=error, each program's results as gtest JSON);
 #   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
-#      comm and DDP suites' rank programs (bin/*_gpu_worker), and train_mlp against the host
-#      backend (mlp-nccl.json, mlp-host.json); hooks comm-*;
+#      comm and DDP suites' rank programs (bin/*_gpu_worker), and train_mlp --zero 1, 2 and 3
+#      against the host backend (mlp-nccl-zeroN.json, mlp-host-zeroN.json); hooks comm-*;
 #   4. the host cost of issuing a collective, cohort and raw NCCL timed alike, and the threads a
 #      collective creates (allreduce_bench --issue-cost, 2 ranks: issue_cost.json);
 #   5. memory_bench's key rows alone (cudaMalloc, managed prefetched, the copy ceiling:
@@ -306,13 +306,17 @@ for worker in "$bin"/*_gpu_worker; do
   [ -x "$worker" ] || continue
   step "$(basename "$worker"), 2 ranks" 90 required "$out_dir/$(basename "$worker")-2.log" "$two_ranks" "$worker"
 done
-# The NCCL run and the host run of the same training: the judge compares their checksums and
-# checks that the NCCL one ran on NCCL (mlp-nccl*.json beside mlp-host*.json).
-mlp_args=(--precision bf16 --zero1 --steps 20 --global-batch 256 --seed 7)
-step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required "$out_dir/mlp-host.log" \
-  "$bin/train_mlp" --host --ranks 2 "${mlp_args[@]}" --json "$out_dir/mlp-host.json"
-step "train_mlp ${mlp_args[*]}, NCCL, 2 ranks" 90 required "$out_dir/mlp-nccl.log" \
-  "$two_ranks" "$bin/train_mlp" "${mlp_args[@]}" --json "$out_dir/mlp-nccl.json"
+# The NCCL run and the host run of the same training, for ZeRO-1, ZeRO-2 and ZeRO-3: the judge
+# compares each pair's checksums and checks that the NCCL one ran on NCCL (mlp-nccl*.json beside
+# mlp-host*.json).
+for zero in 1 2 3; do
+  mlp_args=(--precision bf16 --zero "$zero" --steps 20 --global-batch 256 --seed 7)
+  step "train_mlp ${mlp_args[*]}, host backend, 2 ranks" 90 required \
+    "$out_dir/mlp-host-zero$zero.log" \
+    "$bin/train_mlp" --host --ranks 2 "${mlp_args[@]}" --json "$out_dir/mlp-host-zero$zero.json"
+  step "train_mlp ${mlp_args[*]}, NCCL, 2 ranks" 90 required "$out_dir/mlp-nccl-zero$zero.log" \
+    "$two_ranks" "$bin/train_mlp" "${mlp_args[@]}" --json "$out_dir/mlp-nccl-zero$zero.json"
+done
 run_hooks comm
 
 # ---- 4. host cost per collective ----------------------------------------------------------------

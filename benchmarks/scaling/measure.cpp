@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 namespace scaling {
 namespace {
@@ -31,10 +32,13 @@ layers::MathMode math_mode(const Setup& setup) {
 
 cohort::ParamRegistry registry_of(const layers::Workload& workload, cohort::DType dtype) {
   cohort::ParamRegistry registry;
-  for (const layers::WorkloadLayer& layer : workload.layers) {
-    for (const layers::WorkloadParam& param : layer.params) {
-      registry.add(param.name, param.shape, dtype);
+  for (std::size_t l = 0; l < workload.layers.size(); ++l) {
+    std::vector<cohort::ParamHandle> handles;
+    for (const layers::WorkloadParam& param : workload.layers[l].params) {
+      handles.push_back(registry.add(param.name, param.shape, dtype));
     }
+    // Each layer with parameters is a unit (ZeRO-3 gathers a layer at a time).
+    if (!handles.empty()) registry.add_unit("layer" + std::to_string(l), std::move(handles));
   }
   return registry;
 }
@@ -63,6 +67,9 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     dp_options.first_bucket_bytes = static_cast<std::size_t>(options.first_bucket_mb * 1048576.0);
   }
   dp_options.compute_stream = stream;
+  dp_options.sharding = options.zero == 2   ? cohort::Sharding::zero2
+                        : options.zero == 3 ? cohort::Sharding::zero3
+                                            : cohort::Sharding::none;
   if (real_mlp) {
     dp_options.init = [&](cohort::DataParallel& d) { mlp->initialise(d, math, 1); };
   }
@@ -105,9 +112,18 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     convs = std::make_unique<ConvWork>(math, setup.workload, setup.batch, setup.grad_dtype);
   }
   std::vector<std::vector<cohort::ParamHandle>> layer_params;
+  // Each layer's unit (ZeRO-3); none for a layer without parameters, or the MLP, which gathers
+  // its own.
+  std::vector<std::optional<cohort::UnitHandle>> layer_units;
+  std::size_t last_unit_layer = 0;
   for (const layers::WorkloadLayer& layer : setup.workload.layers) {
     std::vector<cohort::ParamHandle> handles;
     for (const layers::WorkloadParam& param : layer.params) handles.push_back(registry.find(param.name));
+    layer_units.emplace_back();
+    if (!handles.empty() && !real_mlp) {
+      layer_units.back() = cohort::UnitHandle{registry.unit_index_of(handles.front())};
+      last_unit_layer = layer_units.size() - 1;
+    }
     layer_params.push_back(std::move(handles));
   }
 
@@ -161,20 +177,26 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
                              1.0f / static_cast<float>(setup.batch),
                              static_cast<double*>(stats.data()), &dp);
     } else {
+      // Each layer's unit is gathered around its work (ZeRO-3; nothing moves otherwise), the
+      // last one kept from forward into backward.
       for (std::size_t l = 0; l < setup.workload.layers.size(); ++l) {
+        if (layer_units[l]) dp.gather(*layer_units[l]);
         if (convs && convs->is_conv(l)) {
           convs->forward(l, dp, layer_params[l][0]);
         } else {
           work(setup.workload.layers[l].forward_flops * batch);
         }
+        if (layer_units[l] && l != last_unit_layer) dp.release(*layer_units[l]);
       }
       for (std::size_t l = setup.workload.layers.size(); l-- > 0;) {
+        if (layer_units[l]) dp.gather(*layer_units[l], cohort::Pass::backward);
         if (convs && convs->is_conv(l)) {
           convs->backward(l, dp, layer_params[l][0]);
         } else {
           work(2.0 * setup.workload.layers[l].forward_flops * batch);
         }
         for (const cohort::ParamHandle handle : layer_params[l]) ready(handle);
+        if (layer_units[l]) dp.release(*layer_units[l]);
       }
     }
     backward_done.record(stream);

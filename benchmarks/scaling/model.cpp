@@ -416,6 +416,12 @@ ProjectionBasis plan_projection(const Setup& setup, const std::vector<Row>& rows
   ProjectionPlan& plan = basis.plan;
   const Options& o = setup.options;
   const Row& one = rows.front();
+  if (o.zero != 0) {
+    plan.why_not = "ZeRO-" + std::to_string(o.zero) +
+                   " reduce-scatters and gathers; the model replays plain data parallel's "
+                   "all-reduces";
+    return basis;
+  }
   std::string target = o.target;
   if (target == "auto") target = setup.simulated ? "none" : "this";
   if (target == "none") {

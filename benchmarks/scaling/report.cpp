@@ -160,6 +160,11 @@ void print_report(const Setup& setup, const Report& report) {
               t.ranks_per_node, t.backend.c_str(), gpu ? t.device.c_str() : "host ranks",
               machine_line().c_str());
   std::printf("# compute: %s\n", compute_words(setup, gpu).c_str());
+  if (o.zero != 0) {
+    std::printf("# ZeRO-%d: gradients reduce-scattered%s; no model check or projection, which "
+                "model plain data parallel's all-reduces\n",
+                o.zero, o.zero == 3 ? ", each layer a unit gathered before use" : "");
+  }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);
   std::printf(
@@ -283,7 +288,9 @@ void print_report(const Setup& setup, const Report& report) {
       std::printf("\n");
     }
   } else {
-    std::printf("#\n# model check: none (one rank: nothing to predict)\n");
+    std::printf("#\n# model check: none (%s)\n",
+                o.zero != 0 ? "the model replays plain data parallel's all-reduces"
+                            : "one rank: nothing to predict");
   }
 
   const ProjectionPlan& plan = report.basis.plan;
@@ -355,6 +362,7 @@ nlohmann::json report_json(const Setup& setup, const Report& report) {
                      {"warmup_steps", o.warmup},
                      {"budget_s", setup.budgeted ? Json(o.budget_s) : Json(nullptr)},
                      {"bucket_caps", o.bucket_mb > 0.0 ? "fixed" : "auto"},
+                     {"zero_stage", o.zero},
                      {"statistic", "mean over the steps within Tukey's fences of the step time"}};
   out["rows"] = Json::array();
   for (const Row& r : report.rows) {

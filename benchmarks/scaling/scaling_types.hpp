@@ -32,6 +32,10 @@ struct Options {
   // other one is given, which then takes the library's default for this one.
   double bucket_mb = 0.0;
   double first_bucket_mb = 0.0;
+  // 0: plain data parallel; 2: ZeRO-2; 3: ZeRO-3 (each layer a unit). The link probe, the model
+  // check and the projection describe plain data parallel's all-reduces: with ZeRO there is no
+  // probe and no check, and the report says the projection is plain data parallel's.
+  int zero = 0;
   int hidden = 1024;  // mlp workload
   int layers = 8;
   // The projection (Note [Projecting to more GPUs], scaling/model.cpp): its target ("auto":

@@ -38,6 +38,10 @@ int run_cli(int argc, char** argv, Model model) {
   app.add_option("--global-batch", options.global_batch, "samples per step over all ranks")
       ->check(cli::whole(1, 1 << 24));
   app.add_option("--seed", options.seed, "seed of the data set and the initial weights");
+  app.add_option("--train-samples", options.train_samples, "samples in the training split")
+      ->check(cli::whole(1, 1 << 24));
+  app.add_option("--test-samples", options.test_samples, "samples in the test split")
+      ->check(cli::whole(1, 1 << 24));
   if (model == Model::mlp) {
     app.add_option("--hidden", options.hidden, "width of the hidden layers")
         ->check(cli::whole(1, 1 << 24));
@@ -51,7 +55,13 @@ int run_cli(int argc, char** argv, Model model) {
   app.add_option("--lr", options.lr, "learning rate")
       ->check(cli::positive(1e3))
       ->default_str("0.05 for sgd, 0.002 for adamw");
-  app.add_flag("--zero1", options.zero1, "ZeRO-1: reduce-scatter gradients, shard optimizer state");
+  app.add_option("--zero", options.zero,
+                 "ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded "
+                 "optimizer state, 2 sharded gradients too, 3 sharded parameters too (each layer "
+                 "a unit)")
+      ->check(cli::whole(0, kMaxZeroStage));
+  bool zero1 = false;
+  app.add_flag("--zero1", zero1, "the same as --zero 1");
   app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")
       ->check(cli::one_of({"f32", "bf16"}));
   app.add_option("--log-every", options.log_every, "progress line every this many steps (0: none)")
@@ -83,6 +93,7 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
+  if (zero1) options.zero = 1;
   if (bucket_mb > 0.0 || first_bucket_mb > 0.0) {
     // Either flag fixes the caps; the other keeps its default.
     auto bytes = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };
@@ -111,7 +122,8 @@ int run_cli(int argc, char** argv, Model model) {
       device = cohort::Device::cuda(local_rank % gpus);
       sharing = (sharing + gpus - 1) / gpus;
     }
-    check_memory_plan(plan_memory(options, world_size), options, device, sharing);
+    options.keep_params = !params_out.empty();
+    check_memory_plan(options, world_size, device, sharing);
     options.ranks_in_process = ranks > 0 ? ranks : 1;
 
     TrainResult result;

@@ -6,6 +6,7 @@
 
 #include <cohort/core/format.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/shard_layout.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
 
@@ -15,14 +16,15 @@
 namespace train_mlp {
 namespace {
 
-constexpr std::size_t kMlpEvalRows = 1024;  // the widest batch run() binds the MLP to
+constexpr std::size_t kMlpEvalRows = 1024;  // the widest test batch run() binds the MLP to
 
 /// Sums of the library's categories (parameters, gradients, optimizer state, buckets).
 bool is_library(cohort::MemoryCategory category) {
   return category == cohort::MemoryCategory::parameters ||
          category == cohort::MemoryCategory::gradients ||
          category == cohort::MemoryCategory::optimizer_state ||
-         category == cohort::MemoryCategory::buckets;
+         category == cohort::MemoryCategory::buckets ||
+         category == cohort::MemoryCategory::gathered;
 }
 
 }  // namespace
@@ -46,23 +48,41 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
                           .parameter_count();
   }
   const std::size_t p = plan.parameters;
-  const std::size_t element = bf16 ? 2 : 4;
-  // Optimizer state: AdamW's two moments or SGD's momentum, and f32 master weights under bf16;
-  // ZeRO-1 keeps this rank's shard of them.
-  std::size_t state = (options.optimizer == "adamw" ? 8U : 4U) + (bf16 ? 4U : 0U);
-  if (options.zero1) state = (state + static_cast<std::size_t>(world_size) - 1) /
-                             static_cast<std::size_t>(world_size);
-  plan.library = p * (2 * element + state);
+  // The library: what DataParallel holds in the stage's layout (shard_layout.hpp; automatic
+  // bucket caps are measured at start, the largest they may be assumed here), and the optimizer
+  // state
+  // (AdamW's two moments or SGD's momentum, f32 master weights under bf16) for the whole arena,
+  // or from ZeRO-1 on for this rank's shard.
+  const cohort::Sharding sharding = options.zero == 2   ? cohort::Sharding::zero2
+                                    : options.zero == 3 ? cohort::Sharding::zero3
+                                                        : cohort::Sharding::none;
+  const bool automatic = options.bucket_bytes == cohort::kAutoBucketBytes;
+  const cohort::ShardLayout layout = cohort::make_shard_layout(
+      registry, world_size, sharding,
+      automatic ? cohort::kMaxAutoBucketBytes : options.bucket_bytes,
+      automatic ? cohort::kMaxAutoBucketBytes : options.first_bucket_bytes,
+      automatic ? cohort::kMaxAutoBucketBytes : cohort::kDefaultLastBucketBytes);
+  const std::size_t state_floats = (options.optimizer == "adamw" ? 2U : 1U) + (bf16 ? 1U : 0U);
+  const std::size_t stepped = options.zero >= 1 ? layout.shard_count : layout.arena_count;
+  plan.library = layout.rank_bytes() + state_floats * stepped * sizeof(float);
   // The example: the training set on the host and its device copy (features and a label), the
-  // f32 copies of bf16 weights and gradients, the final download of every parameter, and for the
-  // MLP the activations of the widest batch it binds (the CNN's are not estimated).
+  // final download of every parameter when it is kept, for the MLP the f32 copies of one bf16
+  // layer's weights and gradients and the activations of the widest batch it binds (the CNN's
+  // are not estimated; its bf16 copies are of every layer).
   const auto samples = static_cast<std::size_t>(options.train_samples);
   const auto features =
       static_cast<std::size_t>(options.model == Model::mlp ? kFeatures : kImageSize * kImageSize);
-  plan.example = 2 * samples * (features + 1) * 4 + p * 4 + (bf16 ? p * 8 : 0);
+  plan.example = 2 * samples * (features + 1) * 4 + (options.keep_params ? p * 4 : 0);
+  if (bf16) {
+    std::size_t largest = 0;
+    for (const cohort::ParamInfo& info : registry.params()) largest = std::max(largest, info.count);
+    const auto hidden = static_cast<std::size_t>(options.hidden);
+    plan.example += options.model == Model::mlp ? 2 * (largest + hidden) * 4 : p * 8;
+  }
   if (options.model == Model::mlp) {
     const std::size_t rows =
-        std::max(kMlpEvalRows, static_cast<std::size_t>(options.global_batch / world_size));
+        std::max(std::min(kMlpEvalRows, static_cast<std::size_t>(eval_rows(options, world_size))),
+                 static_cast<std::size_t>(options.global_batch / world_size));
     const auto hidden = static_cast<std::size_t>(options.hidden);
     const auto layers = static_cast<std::size_t>(options.layers);
     plan.example += rows * (hidden * layers + 2 * std::max(hidden, features)) * 4;
@@ -70,15 +90,32 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   return plan;
 }
 
-void check_memory_plan(const MemoryPlan& plan, const TrainOptions& options, cohort::Device device,
+void check_memory_plan(const TrainOptions& options, int world_size, cohort::Device device,
                        int ranks_here) {
-  const auto ranks = static_cast<std::size_t>(ranks_here);
-  std::string what = std::string(program_name(options.model)) + " (" + std::to_string(ranks_here) +
-                     (ranks_here == 1 ? " rank" : " ranks") + " of " +
-                     std::to_string(plan.parameters) + " parameters: " +
-                     cohort::format_bytes(plan.library) + " in cohort and " +
-                     cohort::format_bytes(plan.example) + " of the example's own per rank)";
-  cohort::check_memory_fits(device, plan.total() * ranks, what);
+  const cohort::MemoryAvailability available = cohort::memory_availability(device);
+  const auto ranks = static_cast<std::size_t>(std::max(ranks_here, 1));
+  const MemoryPlan plan = plan_memory(options, world_size);
+  if (available.bytes == 0 || plan.total() * ranks <= available.bytes) return;
+  // What the other stages would take, so that the refusal says which would fit.
+  std::string advice;
+  for (int stage = 0; stage <= kMaxZeroStage; ++stage) {
+    if (stage == options.zero) continue;
+    TrainOptions other = options;
+    other.zero = stage;
+    const MemoryPlan alternative = plan_memory(other, world_size);
+    const bool fits = alternative.total() * ranks <= available.bytes;
+    advice += std::string(advice.empty() ? "" : "; ") + "--zero " + std::to_string(stage) +
+              " would need " + cohort::format_bytes(alternative.total()) + " (" +
+              (fits ? "fits" : "does not fit") + ")";
+  }
+  advice = "Per rank, " + advice + ". Use a stage that fits, more ranks, or a smaller model or "
+           "batch.";
+  const std::string what =
+      std::string(program_name(options.model)) + " (" + std::to_string(plan.parameters) +
+      " parameters, ZeRO stage " + std::to_string(options.zero) + ": " +
+      cohort::format_bytes(plan.library) + " in cohort and " + cohort::format_bytes(plan.example) +
+      " of the example's own per rank)";
+  cohort::check_memory_fits(available, device, plan.total(), ranks_here, what, advice);
 }
 
 nlohmann::json memory_per_parameter(cohort::Device device, std::size_t parameters,

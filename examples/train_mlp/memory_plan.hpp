@@ -23,12 +23,16 @@ struct MemoryPlan {
   std::size_t total() const noexcept { return library + example; }
 };
 
-/// The estimate for one rank of a world of `world_size` ranks.
+/// The estimate for one rank of a world of `world_size` ranks, in the ZeRO stage of `options`.
 MemoryPlan plan_memory(const TrainOptions& options, int world_size);
 
-/// Throws cohort::OutOfMemory, before anything is allocated, when `ranks_here` ranks of `plan`
-/// (the ranks that share `device`'s memory) do not fit on it.
-void check_memory_plan(const MemoryPlan& plan, const TrainOptions& options, cohort::Device device,
+/// The ZeRO stages train_mlp can run (0 to this).
+inline constexpr int kMaxZeroStage = 3;
+
+/// Throws cohort::OutOfMemory, before anything is allocated, when `ranks_here` ranks (those that
+/// share `device`'s memory: the host's, under its container's limit) of a world of `world_size`
+/// do not fit on it. The message says what each other ZeRO stage would need, and which fit.
+void check_memory_plan(const TrainOptions& options, int world_size, cohort::Device device,
                        int ranks_here);
 
 /// What this rank's process holds now on `device`, per parameter of `parameters` (times

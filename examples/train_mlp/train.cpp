@@ -29,6 +29,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+const char* zero_label(int zero) {
+  static const char* const kLabels[] = {"", " ZeRO-1", " ZeRO-2", " ZeRO-3"};
+  return zero >= 0 && zero <= 3 ? kLabels[zero] : "";
+}
+
 std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
                                                   cohort::DataParallel& dp) {
   const cohort::OptimizerTarget target = cohort::target_of(dp);
@@ -36,7 +41,7 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
     cohort::SgdOptions sgd;
     sgd.lr = options.lr > 0.0f ? options.lr : 0.05f;
     sgd.momentum = 0.9f;
-    if (options.zero1) {
+    if (options.zero == 1) {
       return std::make_unique<cohort::ShardedOptimizer>(
           target, sgd, cohort::sharded_options_of(dp));
     }
@@ -47,7 +52,7 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
   cohort::AdamWOptions adamw;
   adamw.lr = options.lr > 0.0f ? options.lr : 2e-3f;
   adamw.weight_decay = 1e-4f;
-  if (options.zero1) {
+  if (options.zero == 1) {
     return std::make_unique<cohort::ShardedOptimizer>(
         target, adamw, cohort::sharded_options_of(dp));
   }
@@ -125,11 +130,20 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.first_bucket_bytes = options.first_bucket_bytes;
   dp_options.gradient_sync =
-      options.zero1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
+      options.zero == 1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
+  dp_options.sharding = options.zero == 2   ? cohort::Sharding::zero2
+                        : options.zero == 3 ? cohort::Sharding::zero3
+                                            : cohort::Sharding::none;
+  // The layers read their parameters through dp.param() at each use, so ZeRO-2's all-gathers
+  // after a step may overlap the next forward.
+  dp_options.overlap_param_gather = options.zero == 2;
   dp_options.init = [&](cohort::DataParallel& d) { model.initialise(d, math, options.seed); };
   dp_options.compute_stream = stream;
   cohort::DataParallel dp(world, registry, dp_options);
-  const int kEvalBatch = options.model == Model::cnn ? 256 : 1024;
+  // The test split is scored in batches of at most 1024 rows (256 for the CNN), no wider than
+  // this rank's share of it.
+  const int kEvalBatch =
+      std::min(options.model == Model::cnn ? 256 : 1024, std::max(1, eval_rows(options, ranks)));
   model.bind(dp, math, std::max(local_batch, kEvalBatch));
   const std::unique_ptr<cohort::Optimizer> optimizer = make_optimizer(options, dp);
   cohort::Buffer stats = math.allocate_bytes(2 * sizeof(double));
@@ -148,7 +162,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  "batch %d (%d per rank), %s%s, %d steps\n",
                  program_name(options.model), ranks, result.backend.c_str(), result.device.c_str(),
                  result.parameters, description.c_str(), options.precision.c_str(), options.global_batch,
-                 local_batch, options.optimizer.c_str(), options.zero1 ? " ZeRO-1" : "",
+                 local_batch, options.optimizer.c_str(), zero_label(options.zero),
                  options.steps);
     std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
                  result.buckets.describe().c_str());
@@ -273,12 +287,24 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   // before all have read.
   result.memory = memory_per_parameter(world.device(), model.parameter_count(),
                                        options.ranks_in_process, plan_memory(options, ranks));
+  // The largest bucket (ZeRO-2) or unit (ZeRO-3): what the buffers in flight are measured in.
+  result.memory["largest_segment_bytes"] =
+      dp.shard_layout().largest_segment() * cohort::size_of(dp.dtype());
   world.group().barrier("train_mlp/memory-report");
 
-  result.params = model.download_parameters();
-  for (const float value : result.params) {
-    result.param_checksum += static_cast<double>(value);
-    result.param_abs_sum += std::abs(static_cast<double>(value));
+  // The checksum reads one parameter at a time where the model can (a sharded model is never
+  // whole on one rank); every parameter is kept only when asked for.
+  auto add = [&](const std::vector<float>& values) {
+    for (const float value : values) {
+      result.param_checksum += static_cast<double>(value);
+      result.param_abs_sum += std::abs(static_cast<double>(value));
+    }
+    if (options.keep_params) result.params.insert(result.params.end(), values.begin(), values.end());
+  };
+  if constexpr (requires { model.visit_parameters(add); }) {
+    model.visit_parameters(add);
+  } else {
+    add(model.download_parameters());
   }
   if (log != nullptr) {
     std::fprintf(log, "%s: %s\n", program_name(options.model),
@@ -382,7 +408,7 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
                     {"hidden", options.hidden},             {"layers", options.layers},
                     {"width", options.width},
                     {"optimizer", options.optimizer},       {"lr", options.lr},
-                    {"zero1", options.zero1},               {"precision", options.precision},
+                    {"zero", options.zero},               {"precision", options.precision},
                     {"train_samples", options.train_samples}, {"test_samples", options.test_samples}};
   return out;
 }

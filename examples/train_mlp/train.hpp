@@ -39,7 +39,8 @@ struct TrainOptions {
   int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
   float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
-  bool zero1 = false;        ///< ZeRO-1: reduce-scatter gradients, sharded optimizer state
+  /// ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded optimizer state.
+  int zero = 0;
   std::string precision = "f32";  ///< f32, or bf16 parameters and gradients (f32 math and master weights)
   int log_every = 50;        ///< progress line every this many steps (0: none)
   int train_samples = 32768;
@@ -56,6 +57,9 @@ struct TrainOptions {
   int keep_checkpoints = 2;
   /// Ranks that share this process's memory report: the threads of `--ranks`, else 1.
   int ranks_in_process = 1;
+  /// Return every final parameter (`TrainResult::params`): the tests and --params-out want them;
+  /// otherwise only their checksum is computed, one parameter at a time.
+  bool keep_params = true;
 };
 
 /// The options train_cnn starts from: the CNN and its data set sizes and schedule.
@@ -63,6 +67,11 @@ TrainOptions cnn_defaults();
 
 /// "train_mlp" or "train_cnn".
 const char* program_name(Model model) noexcept;
+
+/// The most test rows a rank scores (its share of the test split, rounded up).
+inline int eval_rows(const TrainOptions& options, int world_size) {
+  return (options.test_samples + world_size - 1) / world_size;
+}
 
 struct TrainResult {
   int ranks = 0;
@@ -81,7 +90,7 @@ struct TrainResult {
   double exposed_ms = 0.0;  ///< of which not hidden behind backward
   cohort::BucketSizing buckets;  ///< the caps the gradients were bucketed with, and why
   std::string host_gemm;  ///< on host ranks, the GEMM library, kernels and threads (else empty)
-  std::vector<float> params;  ///< every parameter in f32, registration order
+  std::vector<float> params;  ///< every parameter in f32, registration order (keep_params)
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
   nlohmann::json memory;      ///< bytes per parameter by category (memory_plan.hpp)

@@ -45,6 +45,10 @@ Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, bool without_
       options(std::move(options_)),
       store(dp_.world().store().clone()),
       host_copy(std::make_unique<detail::Snapshot>()) {
+  COHORT_EXPECTS(dp.options().sharding == Sharding::none,
+                 "a Checkpointer cannot save " + std::string(to_string(dp.options().sharding)) +
+                     " state yet (its shards are laid out by shard_layout(), which checkpoints do "
+                     "not read yet); checkpoint plain data parallel or ZeRO-1");
   COHORT_EXPECTS(optimizer != nullptr || without_optimizer,
                  "a Checkpointer was given a null optimizer: give it the optimizer that steps the "
                  "parameters (&optimizer), whose state it then saves and restores, or "

@@ -24,7 +24,7 @@ constexpr int kRepeats = 7;
 constexpr double kFixedShare = 0.10;  // of a bucket's time, at most
 constexpr double kMiddleFactor = 4.0;
 constexpr std::size_t kMinCap = 256;
-constexpr std::size_t kMaxCap = std::size_t{64} << 20;
+constexpr std::size_t kMaxCap = kMaxAutoBucketBytes;
 constexpr double kMinProbeUs = 1.0;
 
 std::size_t clamp_cap(double bytes) {

@@ -3,7 +3,9 @@
 #include "arena_ops.hpp"
 #include "link_measure.hpp"
 #include "registry_check.hpp"
+#include "sharded_engine.hpp"
 #include "stream_debug.hpp"
+#include "unit_use.hpp"
 
 #include <cohort/core/detail/event_pool.hpp>
 #include <cohort/core/error.hpp>
@@ -54,6 +56,22 @@ std::vector<std::string> fingerprint_lines(const ParamRegistry& registry,
   lines.push_back("option last_bucket_bytes = " + std::to_string(options.last_bucket_bytes));
   lines.push_back("option gradient_sync = " + std::string(to_string(options.gradient_sync)));
   lines.push_back("option compression = " + std::string(to_string(options.compression)));
+  lines.push_back("option sharding = " + std::string(to_string(options.sharding)));
+  lines.push_back("option overlap_param_gather = " +
+                  std::to_string(static_cast<int>(options.overlap_param_gather)));
+  const auto units = registry.units();
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    std::string line = "unit #";
+    line += std::to_string(u);
+    line += ' ';
+    line += units[u].name;
+    line += ':';
+    for (const ParamHandle param : units[u].params) {
+      line += ' ';
+      line += std::to_string(param.index);
+    }
+    lines.push_back(line);
+  }
   return lines;
 }
 
@@ -329,6 +347,9 @@ struct DataParallel::Impl {
   std::shared_ptr<StepRecord> record;
   std::shared_ptr<StepRecord> last_record;
   const bool debug_streams = detail::debug_streams_enabled();
+  detail::UnitUse units{registry};  // gather/release, checked in every mode
+  mutable std::optional<ShardLayout> layout;  // Sharding::none, made when first asked for
+  std::unique_ptr<detail::ShardedEngine> sharded;  // Sharding::zero2 and zero3
 };
 
 DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataParallelOptions options)
@@ -357,6 +378,10 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(!(own_params && own_grads && overlap(*own_params, *own_grads, s.plan.arena_count)),
                  "DataParallelOptions::param_memory and grad_memory overlap; give the gradients "
                  "memory of their own");
+  // Measured before the ranks meet, so before any of them allocates: the ranks of a host share
+  // its memory (one container's limit; Note [Memory cgroups]), and each checks what all of them
+  // will take against what was there before any began.
+  const MemoryAvailability room = memory_availability(s.device);
   detail::check_same_on_every_rank(world.group(), fingerprint_lines(s.registry, s.options));
 
   std::shared_ptr<MemoryResource> memory = s.options.memory;
@@ -367,6 +392,22 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   COHORT_EXPECTS(
       memory->device() == s.device || (s.device.is_host() && memory->host_accessible()),
       "DataParallel: the memory resource " + memory->name() + " is not on " + s.device.to_string());
+  if (s.options.sharding != Sharding::none) {
+    // The sharded modes lay out their arena by the caps (ZeRO-2's buckets are its segments), so
+    // an automatic choice is measured before anything is allocated.
+    if (s.sizing.automatic) {
+      s.sizing = choose_bucket_sizes(
+          detail::measure_link(s.comm, world.store(), memory, s.comm_stream, world.timeout()));
+    }
+    s.sharded = std::make_unique<detail::ShardedEngine>(detail::ShardedEngine::Setup{
+        world, s.comm, s.registry, s.options, s.compute, s.comm_stream, memory, s.sizing, room});
+    s.plan = s.sharded->plan();
+    s.marked_window.assign(s.registry.size(), false);
+    s.reset_step();
+    s.sharded->initialise(*this);
+    s.compute.synchronize();
+    return;
+  }
   {
     // Refused here, with what was needed, rather than by the kernel's OOM killer mid-allocation.
     const std::size_t arena = s.plan.arena_bytes();
@@ -374,7 +415,8 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
     if (s.options.compression != Compression::none) {
       needed += s.plan.arena_count * size_of(s.wire_dtype);
     }
-    check_memory_fits(memory->device(), needed,
+    const int sharing = s.device.is_host() ? world.local_world_size() : 1;
+    check_memory_fits(room, memory->device(), needed, sharing,
                       "DataParallel's parameter, gradient and wire buffers (an arena of " +
                           std::to_string(s.plan.arena_count) + " elements)");
   }
@@ -431,18 +473,21 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
 DataParallel::~DataParallel() = default;
 
 TensorView DataParallel::param(ParamHandle handle) const {
+  if (impl_->sharded) return impl_->sharded->param(handle);
   impl_->checked(handle);
   const ArenaSlice slot = impl_->plan.slots[handle.index];
   return impl_->params_view().slice(slot.offset, slot.count);
 }
 
 TensorView DataParallel::grad(ParamHandle handle) const {
+  if (impl_->sharded) return impl_->sharded->grad(handle);
   impl_->checked(handle);
   const ArenaSlice slot = impl_->plan.slots[handle.index];
   return impl_->grads_view().slice(slot.offset, slot.count);
 }
 
 void DataParallel::grad_ready(ParamHandle handle) {
+  if (impl_->sharded) return impl_->sharded->grad_ready(handle, !syncing());
   impl_->check_streams(handle, /*stream_given=*/false);
   impl_->mark_ready(handle);
 }
@@ -456,12 +501,14 @@ void DataParallel::grad_ready(ParamHandle handle, const Stream& written_on) {
   const std::shared_ptr<Event> written = s.order_events.acquire();  // Note [Step events]
   written->record(written_on);
   s.compute.wait(*written);
+  if (s.sharded) return s.sharded->grad_ready(handle, !syncing());
   s.check_streams(handle, /*stream_given=*/true);
   s.mark_ready(handle);
 }
 
 void DataParallel::sync_grads() {
   Impl& s = *impl_;
+  if (s.sharded) return s.sharded->sync_grads(/*in_no_sync=*/s.no_sync_depth > 0);
   if (s.no_sync_depth > 0) {
     return;
   }
@@ -529,13 +576,29 @@ void DataParallel::sync_grads() {
 }
 
 void DataParallel::zero_grads() {
+  if (impl_->sharded) return impl_->sharded->zero_grads();
   detail::zero_async(impl_->grads_view(), impl_->compute);
   detail::label_host_work(impl_->compute, "zero_grads()");
 }
 
 void DataParallel::broadcast_parameters() {
+  if (impl_->sharded) return impl_->sharded->broadcast_parameters();
   impl_->comm.broadcast(impl_->params_view(), 0, impl_->compute);
   detail::label_host_work(impl_->compute, "broadcast_parameters()");
+}
+
+void DataParallel::gather(UnitHandle unit, Pass pass) {
+  if (impl_->sharded) return impl_->sharded->gather(unit, pass);
+  impl_->units.gather(unit, pass);
+}
+
+void DataParallel::release(UnitHandle unit) {
+  if (impl_->sharded) return impl_->sharded->release(unit);
+  impl_->units.release(unit);
+}
+
+void DataParallel::params_updated() {
+  if (impl_->sharded) impl_->sharded->params_updated();
 }
 
 DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(&dp) {
@@ -552,6 +615,7 @@ StepStats DataParallel::last_step_stats() {
   const Impl& s = *impl_;
   COHORT_EXPECTS(s.options.collect_stats,
                  "last_step_stats: statistics are off (DataParallelOptions::collect_stats)");
+  if (s.sharded) return s.sharded->last_step_stats();
   StepStats stats;
   if (!s.last_record) {
     return stats;
@@ -571,20 +635,34 @@ StepStats DataParallel::last_step_stats() {
 }
 
 std::size_t DataParallel::buckets_issued() const noexcept {
-  return impl_->next_bucket;
+  return impl_->sharded ? impl_->sharded->buckets_issued() : impl_->next_bucket;
 }
 
 TensorView DataParallel::param_arena() const {
+  if (impl_->sharded) return impl_->sharded->param_arena();
   return impl_->params_view();
 }
 TensorView DataParallel::grad_arena() const {
+  COHORT_EXPECTS(!impl_->sharded, "grad_arena(): " +
+                                      std::string(to_string(impl_->options.sharding)) +
+                                      " keeps no whole gradient arena; the averaged gradients "
+                                      "are this rank's grad_shard()");
   return impl_->grads_view();
 }
 TensorView DataParallel::param_shard() const {
+  if (impl_->sharded) return impl_->sharded->param_shard();
   return impl_->params_view().slice(shard_offset(), shard_count());
 }
 TensorView DataParallel::grad_shard() const {
+  if (impl_->sharded) return impl_->sharded->grad_shard();
   return impl_->grads_view().slice(shard_offset(), shard_count());
+}
+const ShardLayout& DataParallel::shard_layout() const noexcept {
+  if (impl_->sharded) return impl_->sharded->layout();
+  if (!impl_->layout) {
+    impl_->layout = make_shard_layout(impl_->registry, impl_->plan.world_size, Sharding::none);
+  }
+  return *impl_->layout;
 }
 std::size_t DataParallel::shard_offset() const noexcept {
   return static_cast<std::size_t>(impl_->world.rank()) * impl_->plan.shard_count;

@@ -8,6 +8,7 @@ namespace cohort {
 
 namespace {
 constexpr std::size_t kMaxElements = std::size_t{1} << 48;
+constexpr std::uint32_t kNoUnit = std::numeric_limits<std::uint32_t>::max();
 }  // namespace
 
 std::string ParamInfo::describe() const {
@@ -45,6 +46,7 @@ ParamHandle ParamRegistry::add(std::string name, std::vector<std::size_t> shape,
   info.dtype = dtype;
   info.count = count;
   params_.push_back(std::move(info));
+  unit_of_.push_back(kNoUnit);
   return ParamHandle{static_cast<std::uint32_t>(params_.size() - 1)};
 }
 
@@ -54,6 +56,46 @@ const ParamInfo& ParamRegistry::info(ParamHandle handle) const {
                                                     std::to_string(params_.size()) +
                                                     " parameters)");
   return params_[handle.index];
+}
+
+UnitHandle ParamRegistry::add_unit(std::string name, std::vector<ParamHandle> params) {
+  COHORT_EXPECTS(!name.empty(), "ParamRegistry::add_unit: a unit needs a name");
+  for (const UnitInfo& existing : units_) {
+    COHORT_EXPECTS(existing.name != name,
+                   "ParamRegistry::add_unit: a unit named '" + name + "' is already declared");
+  }
+  COHORT_EXPECTS(!params.empty(),
+                 "ParamRegistry::add_unit: unit '" + name + "' has no parameters");
+  const auto index = static_cast<std::uint32_t>(units_.size());
+  std::vector<bool> listed(params_.size(), false);
+  for (const ParamHandle param : params) {
+    const ParamInfo& info = this->info(param);
+    const std::uint32_t owner = unit_of_[param.index];
+    COHORT_EXPECTS(owner == kNoUnit,
+                   "ParamRegistry::add_unit: parameter '" + info.name + "' of unit '" + name +
+                       "' already belongs to unit '" +
+                       (owner == kNoUnit ? std::string() : units_[owner].name) +
+                       "'; a parameter belongs to one unit at most");
+    COHORT_EXPECTS(!listed[param.index], "ParamRegistry::add_unit: parameter '" + info.name +
+                                             "' is listed twice in unit '" + name + "'");
+    listed[param.index] = true;
+  }
+  for (const ParamHandle param : params) unit_of_[param.index] = index;
+  units_.push_back(UnitInfo{std::move(name), std::move(params)});
+  return UnitHandle{index};
+}
+
+const UnitInfo& ParamRegistry::unit(UnitHandle handle) const {
+  COHORT_EXPECTS(handle.index < units_.size(), "unit handle " + std::to_string(handle.index) +
+                                                   " is not from this registry (" +
+                                                   std::to_string(units_.size()) + " units)");
+  return units_[handle.index];
+}
+
+std::uint32_t ParamRegistry::unit_index_of(ParamHandle param) const {
+  info(param);
+  const std::uint32_t owner = unit_of_[param.index];
+  return owner == kNoUnit ? static_cast<std::uint32_t>(units_.size()) : owner;
 }
 
 ParamHandle ParamRegistry::find(std::string_view name) const {

@@ -2,6 +2,8 @@
 
 #include <cohort/memory/memory_estimate.hpp>
 
+#include "cgroup_memory.hpp"
+
 #include <cohort/core/error.hpp>
 #include <cohort/core/format.hpp>
 #include <cohort/memory/memory_resource.hpp>
@@ -10,29 +12,12 @@
 #include "cuda_detail.hpp"
 #endif
 
-#include <algorithm>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <string>
 
 namespace cohort {
 namespace {
-
-/// A number of bytes in a one-value file (cgroup v2's memory.max, memory.current); nullopt for
-/// "max", a missing file or anything unreadable.
-std::optional<std::size_t> read_bytes(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  if (!(in >> text) || text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
-    return std::nullopt;
-  }
-  try {
-    return static_cast<std::size_t>(std::stoull(text));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
 
 /// MemAvailable from /proc/meminfo, in bytes.
 std::optional<std::size_t> mem_available() {
@@ -47,38 +32,39 @@ std::optional<std::size_t> mem_available() {
   return std::nullopt;
 }
 
-/// The room left under this process's cgroup v2 memory limit, when it has one.
-std::optional<std::size_t> cgroup_room() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) != 0) continue;  // the cgroup v2 entry
-    const std::string folder = "/sys/fs/cgroup" + line.substr(3);
-    const auto limit = read_bytes(folder + "/memory.max");
-    const auto used = read_bytes(folder + "/memory.current");
-    if (!limit || !used) return std::nullopt;
-    return *limit > *used ? *limit - *used : 0;
-  }
-  return std::nullopt;
-}
-
 std::string in_words(std::size_t bytes) {
   return std::to_string(bytes) + " bytes (" + format_bytes(bytes) + ")";
 }
 
 }  // namespace
 
-std::size_t available_memory(Device device) {
+MemoryAvailability memory_availability(Device device) {
   if (device.is_cuda()) {
 #if COHORT_WITH_CUDA
-    return detail::device_memory_info(device.index()).free_bytes;
+    return {detail::device_memory_info(device.index()).free_bytes,
+            "cudaMemGetInfo's free memory on " + device.to_string()};
 #else
-    return 0;
+    return {};
 #endif
   }
-  std::size_t room = mem_available().value_or(0);
-  if (const auto cgroup = cgroup_room()) room = room == 0 ? *cgroup : std::min(room, *cgroup);
-  return room;
+  MemoryAvailability available;
+  if (const auto bytes = mem_available()) {
+    available = {*bytes, "MemAvailable (/proc/meminfo)"};
+  }
+  // Note [Memory cgroups]
+  if (const auto cgroup = detail::own_cgroup_memory()) {
+    if (available.bytes == 0 || cgroup->room() < available.bytes) {
+      available = {cgroup->room(), "the memory cgroup limit of " + cgroup->folder + " (v" +
+                                       std::to_string(cgroup->version) + ": " +
+                                       format_bytes(cgroup->limit) + ", " +
+                                       format_bytes(cgroup->in_use) + " of it in use)"};
+    }
+  }
+  return available;
+}
+
+std::size_t available_memory(Device device) {
+  return memory_availability(device).bytes;
 }
 
 // Note [Oversubscribed managed memory]
@@ -110,33 +96,45 @@ MemoryFit memory_fit(std::size_t bytes, bool device_is_cuda, bool oversubscribab
 
 }  // namespace detail
 
-namespace {
-
-[[noreturn]] void refuse(Device device, std::size_t bytes, std::string_view what,
-                         const detail::MemoryFit& fit) {
-  COHORT_FAIL(OutOfMemory,
-              std::string(what) + " needs " + in_words(bytes) + " on " + device.to_string() +
-                  ", but only " + in_words(fit.available) + " are available (" + fit.where +
-                  "); refused before allocating. Use a smaller model or batch, more ranks with "
-                  "ZeRO-1 sharding, or fewer ranks on this " +
-                  (device.is_cuda() ? "GPU" : "host") + ".");
+void check_memory_fits(Device device, std::size_t bytes, std::string_view what) {
+  check_memory_fits(memory_availability(device), device, bytes, 1, what);
 }
 
-}  // namespace
-
-void check_memory_fits(Device device, std::size_t bytes, std::string_view what) {
-  const detail::MemoryFit fit =
-      detail::memory_fit(bytes, device.is_cuda(), false, available_memory(device), 0);
-  if (!fit.fits) refuse(device, bytes, what, fit);
+void check_memory_fits(const MemoryAvailability& available, Device device,
+                       std::size_t bytes_per_rank, int ranks, std::string_view what,
+                       std::string_view advice) {
+  const std::size_t total = bytes_per_rank * static_cast<std::size_t>(ranks > 0 ? ranks : 1);
+  if (available.bytes == 0 || total <= available.bytes) return;
+  std::string needs = std::string(what) + " needs " + in_words(total) + " on " + device.to_string();
+  if (ranks > 1) {
+    needs += " (" + format_bytes(bytes_per_rank) + " for each of the " + std::to_string(ranks) +
+             " ranks that share it)";
+  }
+  const std::string default_advice =
+      std::string(
+          "Use a smaller model or batch, more ranks with ZeRO sharding, or fewer ranks on "
+          "this ") +
+      (device.is_cuda() ? "GPU" : "host") + ".";
+  COHORT_FAIL(OutOfMemory,
+              needs + ", but only " + in_words(available.bytes) + " are available (" +
+                  available.source + "); refused before allocating. " +
+                  std::string(advice.empty() ? std::string_view(default_advice) : advice));
 }
 
 void check_memory_fits(const MemoryResource& resource, std::size_t bytes, std::string_view what) {
   const Device device = resource.device();
-  const bool oversubscribing = device.is_cuda() && resource.oversubscribable();
-  const detail::MemoryFit fit =
-      detail::memory_fit(bytes, device.is_cuda(), oversubscribing, available_memory(device),
-                         oversubscribing ? available_memory(Device::host()) : 0);
-  if (!fit.fits) refuse(device, bytes, what, fit);
+  if (!device.is_cuda() || !resource.oversubscribable()) {
+    check_memory_fits(device, bytes, what);
+    return;
+  }
+  // Note [Oversubscribed managed memory]
+  const MemoryAvailability gpu = memory_availability(device);
+  const MemoryAvailability host = memory_availability(Device::host());
+  const detail::MemoryFit fit = detail::memory_fit(bytes, true, true, gpu.bytes, host.bytes);
+  if (fit.fits) return;
+  check_memory_fits(MemoryAvailability{fit.available, fit.where + ": " + gpu.source + " and " +
+                                                          host.source},
+                    device, bytes, 1, what);
 }
 
 }  // namespace cohort

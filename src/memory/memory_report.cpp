@@ -60,6 +60,8 @@ std::string_view to_string(MemoryCategory category) noexcept {
       return "optimizer_state";
     case MemoryCategory::buckets:
       return "buckets";
+    case MemoryCategory::gathered:
+      return "gathered";
     case MemoryCategory::activations:
       return "activations";
     case MemoryCategory::other:

@@ -58,15 +58,30 @@ int world_rank(const Communicator* comm) { return comm != nullptr ? comm->rank()
 OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfig& config)
     : target_(target), config_(config), params_(target.params), grads_(target.grads) {
   const Device device = target.stream.device();
-  COHORT_EXPECTS_EQ(target.params.count(), target.grads.count(),
-                    "an optimizer needs params and grads of the same count");
+  if (!target.grads_sharded || target.pieces.empty()) {
+    COHORT_EXPECTS_EQ(target.params.count(), target.grads.count(),
+                      "an optimizer needs params and grads of the same count");
+  }
   COHORT_EXPECTS(target.params.device() == device && target.grads.device() == device,
                  "the params (" + target.params.device().to_string() + "), grads (" +
                      target.grads.device().to_string() + ") and stream (" + device.to_string() +
                      ") of an optimizer must be on the same device");
   COHORT_EXPECTS(config.lr >= 0.0f, "the learning rate must not be negative");
   check_schedule(config.schedule);
-  if (config.sharded) {
+  if (target.grads_sharded) {
+    // Sharded by the data-parallel engine (ZeRO-2, ZeRO-3): the gradients are the shard already.
+    count_ = target.grads.count();
+    std::size_t next = 0;
+    for (const OptimizerPiece& piece : target.pieces) {
+      COHORT_EXPECTS(piece.shard_offset == next &&
+                         piece.param_offset + piece.count <= target.params.count(),
+                     "an optimizer's pieces must cover the gradient shard in order, each inside "
+                     "the parameters");
+      next += piece.count;
+    }
+    COHORT_EXPECTS(target.pieces.empty() || next == count_,
+                   "an optimizer's pieces must cover the gradient shard exactly");
+  } else if (config.sharded) {
     const auto size = static_cast<std::size_t>(world_size(target.comm));
     COHORT_EXPECTS(target.params.count() % size == 0,
                    "ZeRO-1 needs an arena padded to a multiple of the world size: " +
@@ -77,7 +92,7 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
   } else {
     count_ = target.params.count();
   }
-  params_ = target.params.slice(offset_, count_);
+  params_ = target.pieces.empty() ? target.params.slice(offset_, count_) : target.params;
   grads_ = target.grads.slice(offset_, count_);
   kernels::check_step_dtypes(params_.dtype(), grads_.dtype());
 
@@ -105,14 +120,16 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
                         std::to_string(count_) + " parameters)");
   if (params_.dtype() != DType::f32) {
     master_ = allocate_state(count_);
-    const TensorView master(master_.data(), count_, DType::f32, device);
+    for (const kernels::StepArrays& piece : piece_arrays()) {
+      const TensorView master(piece.master, piece.params.count(), DType::f32, device);
 #if COHORT_WITH_CUDA
-    if (is_cuda()) {
-      kernels::cuda::cast(params_, master, stream.native_handle());
-    }
+      if (is_cuda()) {
+        kernels::cuda::cast(piece.params, master, stream.native_handle());
+      }
 #endif
-    if (!is_cuda()) {
-      stream.enqueue([from = params_, master] { kernels::host::cast(from, master); });
+      if (!is_cuda()) {
+        stream.enqueue([from = piece.params, master] { kernels::host::cast(from, master); });
+      }
     }
   }
   if (adamw || config.hyper.sgd.momentum != 0.0f) {
@@ -123,7 +140,9 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
     state1_ = allocate_state(count_);
     zero_async(state1_.data(), state1_.size_bytes(), stream);
   }
-  kernels::check_step_arrays(arrays(), config_.hyper);
+  for (const kernels::StepArrays& piece : piece_arrays()) {
+    kernels::check_step_arrays(piece, config_.hyper);
+  }
 }
 
 Buffer OptimizerImpl::allocate_state(std::size_t count) {
@@ -138,6 +157,25 @@ kernels::StepArrays OptimizerImpl::arrays() noexcept {
   return kernels::StepArrays{params_, grads_, static_cast<float*>(master_.data()),
                              static_cast<float*>(state0_.data()),
                              static_cast<float*>(state1_.data())};
+}
+
+std::vector<kernels::StepArrays> OptimizerImpl::piece_arrays() {
+  if (target_.pieces.empty()) {
+    return {arrays()};
+  }
+  auto at = [](Buffer& buffer, std::size_t offset) {
+    return buffer.empty() ? nullptr : static_cast<float*>(buffer.data()) + offset;
+  };
+  std::vector<kernels::StepArrays> pieces;
+  pieces.reserve(target_.pieces.size());
+  for (const OptimizerPiece& piece : target_.pieces) {
+    pieces.push_back(kernels::StepArrays{params_.slice(piece.param_offset, piece.count),
+                                         grads_.slice(piece.shard_offset, piece.count),
+                                         at(master_, piece.shard_offset),
+                                         at(state0_, piece.shard_offset),
+                                         at(state1_, piece.shard_offset)});
+  }
+  return pieces;
 }
 
 std::size_t OptimizerImpl::state_bytes() const noexcept {
@@ -157,7 +195,8 @@ void OptimizerImpl::set_loss_scaler(LossScaler* scaler) {
 }
 
 void OptimizerImpl::reduce_grads() {
-  if (!config_.sharded || !config_.reduce_scatter_grads || grads_reduced_) {
+  if (!config_.sharded || !config_.reduce_scatter_grads || grads_reduced_ ||
+      target_.grads_sharded) {
     return;
   }
   if (world_size(target_.comm) > 1) {
@@ -187,7 +226,7 @@ void OptimizerImpl::compute_stats() {
   // an inf on any rank reaches all).
   if (world_size(target_.comm) > 1) {
     target_.comm->all_reduce(TensorView(stats, 2, DType::f64, stream.device()),
-                             config_.sharded ? ReduceOp::sum : ReduceOp::max, stream);
+                             is_sharded() ? ReduceOp::sum : ReduceOp::max, stream);
   }
   stats_ready_ = true;
 }
@@ -239,19 +278,25 @@ void OptimizerImpl::step() {
       }
     }
     kernels::cuda::prepare_step(scalars_pointer, scaler_pointer, args, stream.native_handle());
-    kernels::cuda::optimizer_step(arrays(), config_.hyper, scalars_pointer,
-                                  stream.native_handle());
+    for (const kernels::StepArrays& piece : piece_arrays()) {
+      kernels::cuda::optimizer_step(piece, config_.hyper, scalars_pointer, stream.native_handle());
+    }
   }
 #endif
   if (!is_cuda()) {
-    stream.enqueue([arrays = arrays(), hyper = config_.hyper, args, scalars_pointer,
+    stream.enqueue([pieces = piece_arrays(), hyper = config_.hyper, args, scalars_pointer,
                     scaler_pointer] {
       kernels::prepare_step(*scalars_pointer, scaler_pointer, args);
-      kernels::host::optimizer_step(arrays, hyper, *scalars_pointer);
+      for (const kernels::StepArrays& piece : pieces) {
+        kernels::host::optimizer_step(piece, hyper, *scalars_pointer);
+      }
     });
   }
-  if (config_.sharded && world_size(target_.comm) > 1) {
+  if (config_.sharded && !target_.grads_sharded && world_size(target_.comm) > 1) {
     target_.comm->all_gather(params_, target_.params, stream);
+  }
+  if (target_.after_step) {
+    target_.after_step();
   }
   grads_reduced_ = false;
   stats_ready_ = false;
@@ -374,7 +419,7 @@ void Optimizer::restore_steps_taken(std::int64_t steps) { impl_->restore_steps_t
 const char* Optimizer::rule_name() const noexcept {
   return impl_->config().hyper.rule == kernels::UpdateRule::adamw ? "adamw" : "sgd";
 }
-bool Optimizer::is_sharded() const noexcept { return impl_->config().sharded; }
+bool Optimizer::is_sharded() const noexcept { return impl_->is_sharded(); }
 std::size_t Optimizer::shard_offset() const noexcept { return impl_->offset(); }
 std::size_t Optimizer::shard_count() const noexcept { return impl_->count(); }
 std::size_t Optimizer::state_bytes() const noexcept { return impl_->state_bytes(); }

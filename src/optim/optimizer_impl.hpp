@@ -43,6 +43,8 @@ class OptimizerImpl {
   TensorView steps_taken_view() const;
   void restore_steps_taken(std::int64_t steps);
   const OptimizerConfig& config() const noexcept { return config_; }
+  /// ZeRO-1, or a shard from the data-parallel engine (ZeRO-2, ZeRO-3).
+  bool is_sharded() const noexcept { return config_.sharded || target_.grads_sharded; }
   std::vector<OptimizerStateView> state() const;
 
   const OptimizerTarget& target() const noexcept { return target_; }
@@ -59,6 +61,9 @@ class OptimizerImpl {
   }
   kernels::LossScalerState* scaler_state() const noexcept;
   kernels::StepArrays arrays() noexcept;
+  /// The arrays of each piece of a sharded target (`OptimizerTarget::pieces`); `arrays()` alone
+  /// otherwise.
+  std::vector<kernels::StepArrays> piece_arrays();
   Buffer allocate_state(std::size_t count);
   /// ZeRO-1: the averaged gradients of this rank's shard, once per step.
   void reduce_grads();

@@ -110,7 +110,7 @@ train_mlp::TrainOptions with(const std::map<std::string, std::string>& changes) 
   options.log_every = 0;
   for (const auto& [key, value] : changes) {
     if (key == "optimizer") options.optimizer = value;
-    if (key == "zero1") options.zero1 = value == "1";
+    if (key == "zero") options.zero = std::stoi(value);
     if (key == "precision") options.precision = value;
   }
   return options;
@@ -119,7 +119,10 @@ train_mlp::TrainOptions with(const std::map<std::string, std::string>& changes) 
 INSTANTIATE_TEST_SUITE_P(
     Host, TrainMlp,
     ::testing::Values(Case{"default", with({})}, Case{"sgd", with({{"optimizer", "sgd"}})},
-                      Case{"sgd_zero1", with({{"optimizer", "sgd"}, {"zero1", "1"}})},
+                      Case{"sgd_zero1", with({{"optimizer", "sgd"}, {"zero", "1"}})},
+                      Case{"zero2", with({{"zero", "2"}})}, Case{"zero3", with({{"zero", "3"}})},
+                      Case{"sgd_bf16_zero3",
+                           with({{"optimizer", "sgd"}, {"precision", "bf16"}, {"zero", "3"}})},
                       Case{"sgd_bf16", with({{"optimizer", "sgd"}, {"precision", "bf16"}})}),
     [](const ::testing::TestParamInfo<Case>& test) { return test.param.name; });
 

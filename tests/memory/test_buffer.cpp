@@ -146,6 +146,7 @@ TEST(MemoryReport, NamesCategoriesAndFormatsBytes) {
   EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::gradients), "gradients");
   EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::optimizer_state), "optimizer_state");
   EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::buckets), "buckets");
+  EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::gathered), "gathered");
   EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::activations), "activations");
   EXPECT_EQ(cohort::to_string(cohort::MemoryCategory::other), "other");
   EXPECT_EQ(cohort::format_bytes(0), "0 B");

@@ -15,15 +15,20 @@
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/optim/sharded_optimizer.hpp>
 
+#include "memory/cgroup_memory.hpp"
 #include "support/test_helpers.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include <unistd.h>
 
 namespace cohort {
 namespace {
@@ -137,6 +142,139 @@ TEST(MemoryEstimate, DataParallelRefusesArenasThatCannotFit) {
   });
   EXPECT_TRUE(contains(message, "DataParallel's parameter, gradient and wire buffers"));
   EXPECT_TRUE(contains(message, "available"));
+}
+
+// ---- Note [Memory cgroups]: the tightest limit among a process's cgroups, on a fake tree ----
+
+namespace fs = std::filesystem;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+/// A folder of fake cgroup files, removed at the end.
+class FakeCgroups {
+ public:
+  FakeCgroups()
+      : root_(fs::temp_directory_path() /
+              ("cohort-cgroups-" + std::to_string(::getpid()) + "-" +
+               std::to_string(reinterpret_cast<std::uintptr_t>(this)))) {
+    fs::create_directories(root_);
+  }
+  ~FakeCgroups() {
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+  FakeCgroups(const FakeCgroups&) = delete;
+  FakeCgroups& operator=(const FakeCgroups&) = delete;
+
+  /// Writes `text` to `path` (absolute, as on the machine) under the fake root.
+  void write(const std::string& path, const std::string& text) const {
+    const fs::path file = root_ / path.substr(1);
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  }
+  std::string root() const { return root_.string(); }
+
+ private:
+  fs::path root_;
+};
+
+// A mountinfo line for a cgroup hierarchy mounted at `point`.
+std::string mount_line(const std::string& root, const std::string& point, const std::string& type,
+                       const std::string& options) {
+  return "30 25 0:27 " + root + " " + point + " rw,nosuid - " + type + " cgroup " + options + "\n";
+}
+
+// A hybrid host (v1 memory, v2 at /sys/fs/cgroup/unified), as this development machine and
+// Slurm's cgroup v1 plugin have: the job's limit is the tightest, its step has none, and the
+// inactive file cache is not counted as used.
+TEST(MemoryCgroups, AV1JobLimitAboveItsStepIsFoundWithoutTheFileCache) {
+  const FakeCgroups tree;
+  const std::string v1 = "/sys/fs/cgroup/memory";
+  tree.write(v1 + "/memory.limit_in_bytes", "9223372036854771712");
+  tree.write(v1 + "/slurm/job_7/memory.limit_in_bytes", std::to_string(4096 * kMiB));
+  tree.write(v1 + "/slurm/job_7/memory.usage_in_bytes", std::to_string(1024 * kMiB));
+  tree.write(v1 + "/slurm/job_7/memory.stat",
+             "cache 1\ninactive_file 5\ntotal_inactive_file " + std::to_string(256 * kMiB));
+  tree.write(v1 + "/slurm/job_7/step_0/memory.limit_in_bytes", "9223372036854771712");
+  const std::string mounts = mount_line("/", "/sys/fs/cgroup/unified", "cgroup2", "rw") +
+                             mount_line("/", v1, "cgroup", "rw,memory") +
+                             mount_line("/", "/sys/fs/cgroup/cpu", "cgroup", "rw,cpu");
+  const auto found = detail::tightest_cgroup_memory(
+      "5:cpu:/\n4:memory:/slurm/job_7/step_0\n0::/\n", mounts, tree.root());
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->version, 1);
+  EXPECT_EQ(found->folder, tree.root() + v1 + "/slurm/job_7");
+  EXPECT_EQ(found->limit, 4096 * kMiB);
+  EXPECT_EQ(found->in_use, 768 * kMiB);
+  EXPECT_EQ(found->room(), 3328 * kMiB);
+}
+
+// cgroup v2 without a cgroup namespace: the mount shows part of the hierarchy ("/kubepods/pod"),
+// so the process's path loses that prefix; the pod's limit ("max" in the container's own) holds.
+TEST(MemoryCgroups, AV2PodLimitIsFoundThroughTheMountsRoot) {
+  const FakeCgroups tree;
+  const std::string v2 = "/sys/fs/cgroup";
+  tree.write(v2 + "/memory.max", std::to_string(2048 * kMiB));
+  tree.write(v2 + "/memory.current", std::to_string(512 * kMiB));
+  tree.write(v2 + "/memory.stat", "anon 1\ninactive_file " + std::to_string(128 * kMiB));
+  tree.write(v2 + "/ctr/memory.max", "max");
+  tree.write(v2 + "/ctr/memory.current", std::to_string(384 * kMiB));
+  const auto found = detail::tightest_cgroup_memory(
+      "0::/kubepods/pod/ctr\n", mount_line("/kubepods/pod", v2, "cgroup2", "rw"), tree.root());
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->version, 2);
+  EXPECT_EQ(found->folder, tree.root() + v2);
+  EXPECT_EQ(found->room(), (2048 - 384) * kMiB);
+}
+
+// Of two limits the one with less room wins, whichever is larger: a parent nearly full beats a
+// child with a small limit and nothing used.
+TEST(MemoryCgroups, TheLimitWithTheLeastRoomWins) {
+  const FakeCgroups tree;
+  const std::string v2 = "/sys/fs/cgroup";
+  tree.write(v2 + "/a/memory.max", std::to_string(8192 * kMiB));
+  tree.write(v2 + "/a/memory.current", std::to_string(8000 * kMiB));
+  tree.write(v2 + "/a/b/memory.max", std::to_string(1024 * kMiB));
+  tree.write(v2 + "/a/b/memory.current", "0");
+  const auto found = detail::tightest_cgroup_memory(
+      "0::/a/b\n", mount_line("/", v2, "cgroup2", "rw"), tree.root());
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->folder, tree.root() + v2 + "/a");
+  EXPECT_EQ(found->room(), 192 * kMiB);
+}
+
+TEST(MemoryCgroups, NoLimitAnywhereIsNone) {
+  const FakeCgroups tree;
+  tree.write("/sys/fs/cgroup/memory.max", "max");
+  tree.write("/sys/fs/cgroup/x/memory.max", "max");
+  EXPECT_FALSE(detail::tightest_cgroup_memory(
+                   "0::/x\n", mount_line("/", "/sys/fs/cgroup", "cgroup2", "rw"), tree.root())
+                   .has_value());
+  // No memory hierarchy mounted at all, or unreadable files.
+  EXPECT_FALSE(detail::tightest_cgroup_memory("0::/x\n", "", tree.root()).has_value());
+  EXPECT_FALSE(detail::tightest_cgroup_memory("garbage", "more garbage", tree.root()).has_value());
+}
+
+// A mount point with a space (mountinfo writes it as \040).
+TEST(MemoryCgroups, MountPointsWithEscapedSpacesAreRead) {
+  const FakeCgroups tree;
+  tree.write("/cg roups/memory.max", std::to_string(64 * kMiB));
+  tree.write("/cg roups/memory.current", std::to_string(16 * kMiB));
+  const auto found = detail::tightest_cgroup_memory(
+      "0::/\n", mount_line("/", "/cg\\040roups", "cgroup2", "rw"), tree.root());
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->room(), 48 * kMiB);
+}
+
+// Ranks that share a host are checked together against what was there before any allocated, and
+// the message names the source of the number.
+TEST(MemoryEstimate, RanksSharingAHostAreCheckedTogether) {
+  const MemoryAvailability available{1000 * kMiB, "a test's limit"};
+  EXPECT_NO_THROW(check_memory_fits(available, Device::host(), 250 * kMiB, 4, "the ranks"));
+  const auto message = message_of<OutOfMemory>(
+      [&] { check_memory_fits(available, Device::host(), 251 * kMiB, 4, "the ranks", "Do this."); });
+  EXPECT_TRUE(contains(message, "251.00 MiB for each of the 4 ranks that share it"));
+  EXPECT_TRUE(contains(message, "(a test's limit)"));
+  EXPECT_TRUE(contains(message, "refused before allocating. Do this."));
 }
 
 struct LibraryBytes {

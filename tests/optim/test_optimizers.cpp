@@ -21,6 +21,7 @@
 #include <numbers>
 #include <span>
 #include <string>
+#include <memory>
 #include <vector>
 
 namespace cohort_test {
@@ -462,6 +463,79 @@ TEST(OptimizerChecks, RejectsWhatItCannotStep) {
                cohort::InvalidArgument);
   EXPECT_THROW(cohort::AdamW(target, {.beta2 = 1.0f}), cohort::InvalidArgument);
   EXPECT_THROW(cohort::Sgd(target, {.lr = -1.0f}), cohort::InvalidArgument);
+}
+
+// A target sharded by the data-parallel engine (ZeRO-2: this rank's pieces of the arena, the
+// gradients as its shard): each piece steps exactly as the whole arena's optimizer steps those
+// elements, the rest of the arena is not touched, and the hook runs after every step.
+template <typename Param>
+void expect_pieces_step_as_the_whole(bool adamw) {
+  const auto stream = cohort::Stream::create(cohort::Device::host());
+  constexpr std::size_t kSegment = 128, kSegments = 3, kPiece = 64;  // 2 ranks; this is rank 1
+  const std::size_t arena = kSegment * kSegments;
+  std::vector<Param> whole = random_values<Param>(arena, 11);
+  std::vector<Param> sharded = whole;
+  std::vector<Param> all_grads = random_values<Param>(arena, 12);
+  std::vector<Param> shard_grads;
+  std::vector<cohort::OptimizerPiece> pieces;
+  for (std::size_t s = 0; s < kSegments; ++s) {
+    pieces.push_back({s * kSegment + kPiece, s * kPiece, kPiece});
+    shard_grads.insert(shard_grads.end(), all_grads.begin() + static_cast<long>(s * kSegment + kPiece),
+                       all_grads.begin() + static_cast<long>((s + 1) * kSegment));
+  }
+  int hooks = 0;
+  const cohort::OptimizerTarget plain{std::span<Param>(whole), std::span<Param>(all_grads), stream};
+  const cohort::OptimizerTarget target{std::span<Param>(sharded), std::span<Param>(shard_grads),
+                                       stream, nullptr, true, pieces, [&] { ++hooks; }};
+  std::unique_ptr<cohort::Optimizer> reference, optimizer;
+  if (adamw) {
+    reference = std::make_unique<cohort::AdamW>(plain, cohort::AdamWOptions{.lr = 0.01f});
+    optimizer = std::make_unique<cohort::AdamW>(target, cohort::AdamWOptions{.lr = 0.01f});
+  } else {
+    reference = std::make_unique<cohort::Sgd>(plain, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
+    optimizer = std::make_unique<cohort::Sgd>(target, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
+  }
+  EXPECT_TRUE(optimizer->is_sharded());
+  EXPECT_EQ(optimizer->shard_count(), kSegments * kPiece);
+  for (int step = 0; step < 3; ++step) {
+    reference->step();
+    optimizer->step();
+  }
+  stream.synchronize();
+  EXPECT_EQ(hooks, 3);
+  const std::vector<Param> before = random_values<Param>(arena, 11);
+  for (std::size_t i = 0; i < arena; ++i) {
+    const bool mine = i % kSegment >= kPiece;
+    if (mine) {
+      ASSERT_EQ(to_double(sharded[i]), to_double(whole[i])) << "element " << i;
+    } else {
+      ASSERT_EQ(to_double(sharded[i]), to_double(before[i])) << "element " << i << " not mine";
+    }
+  }
+  EXPECT_NE(to_double(sharded[kPiece]), to_double(before[kPiece]));
+}
+
+TEST(ShardedTarget, F32PiecesStepAsTheWholeArenaWould) {
+  expect_pieces_step_as_the_whole<float>(true);
+  expect_pieces_step_as_the_whole<float>(false);
+}
+
+TEST(ShardedTarget, Bf16PiecesWithMasterWeightsStepAsTheWholeArenaWould) {
+  expect_pieces_step_as_the_whole<bfloat16>(true);
+}
+
+TEST(ShardedTarget, RejectsPiecesThatDoNotCoverTheShard) {
+  const auto stream = cohort::Stream::create(cohort::Device::host());
+  std::vector<float> params(256, 1.0f);
+  std::vector<float> grads(128, 1.0f);
+  auto target = [&](std::vector<cohort::OptimizerPiece> pieces) {
+    return cohort::OptimizerTarget{std::span<float>(params), std::span<float>(grads), stream,
+                                   nullptr, true, std::move(pieces), nullptr};
+  };
+  EXPECT_NO_THROW(cohort::AdamW(target({{0, 0, 64}, {192, 64, 64}})));
+  EXPECT_THROW(cohort::AdamW(target({{0, 0, 64}})), cohort::InvalidArgument);  // short
+  EXPECT_THROW(cohort::AdamW(target({{0, 0, 64}, {192, 32, 64}})), cohort::InvalidArgument);
+  EXPECT_THROW(cohort::AdamW(target({{0, 0, 64}, {200, 64, 64}})), cohort::InvalidArgument);
 }
 
 TEST(OptimizerChecks, EmptyArenaStepsAsANoOp) {

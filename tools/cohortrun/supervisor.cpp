@@ -349,6 +349,13 @@ void Supervisor::on_rank_failed(const Rank& rank, int status) {
     what = "was killed by signal " + std::to_string(signal_number) + " (" +
            std::string(::strsignal(signal_number)) + (WCOREDUMP(status) ? ", core dumped" : "") +
            ")";
+    // SIGKILL that nobody here sent is most often the kernel's out-of-memory killer: say so,
+    // since the rank itself had no chance to.
+    if (signal_number == SIGKILL) {
+      what +=
+          " (not by cohortrun: the kernel's out-of-memory killer sends SIGKILL when a memory "
+          "limit is reached; `dmesg` or the container's memory events tell)";
+    }
   } else {
     failure_status_ = WEXITSTATUS(status);
     what = "exited with status " + std::to_string(WEXITSTATUS(status));

@@ -20,8 +20,10 @@ Mlp::Mlp(const MlpConfig& config, cohort::ParamRegistry& registry) : config_(con
     const std::string name = "fc" + std::to_string(l);
     const auto out = static_cast<std::size_t>(fan_out(l));
     const auto in = static_cast<std::size_t>(fan_in(l));
-    layers_[static_cast<std::size_t>(l)].weight = registry.add(name + ".weight", {out, in}, config.dtype);
-    layers_[static_cast<std::size_t>(l)].bias = registry.add(name + ".bias", {out}, config.dtype);
+    Layer& layer = layers_[static_cast<std::size_t>(l)];
+    layer.weight = registry.add(name + ".weight", {out, in}, config.dtype);
+    layer.bias = registry.add(name + ".bias", {out}, config.dtype);
+    layer.unit = registry.add_unit(name, {layer.weight, layer.bias});
   }
 }
 
@@ -46,6 +48,7 @@ void Mlp::initialise(cohort::DataParallel& dp, Math& math, std::uint64_t seed) c
     std::mt19937_64 generator(seed * 1000003ULL + l);
     const auto bound = static_cast<float>(std::sqrt(6.0 / fan_in(layer)));
     std::uniform_real_distribution<float> uniform(-bound, bound);
+    dp.gather(layers_[l].unit);  // ZeRO-3: released inside init, the values are kept
     const cohort::TensorView w = dp.param(layers_[l].weight);
     const cohort::TensorView b = dp.param(layers_[l].bias);
     std::vector<float> weights(w.count());
@@ -53,6 +56,7 @@ void Mlp::initialise(cohort::DataParallel& dp, Math& math, std::uint64_t seed) c
     std::vector<float> biases(b.count(), 0.0f);
     math.upload_values(w, weights);
     math.upload_values(b, biases);
+    dp.release(layers_[l].unit);
   }
 }
 
@@ -63,36 +67,37 @@ void Mlp::bind(cohort::DataParallel& dp, Math& math, int max_batch) {
   max_batch_ = max_batch;
   const auto rows = static_cast<std::size_t>(max_batch);
   int widest = config_.inputs;
+  std::size_t largest_weight = 0, largest_bias = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const int layer = static_cast<int>(l);
     widest = std::max(widest, fan_out(layer));
-    Layer& slot = layers_[l];
-    slot.activation = math.allocate_floats(rows * static_cast<std::size_t>(fan_out(layer)));
-    if (config_.dtype != cohort::DType::f32) {
-      const std::size_t weights = dp.param(slot.weight).count();
-      const std::size_t biases = dp.param(slot.bias).count();
-      slot.weight32 = math.allocate_floats(weights, cohort::MemoryCategory::parameters);
-      slot.bias32 = math.allocate_floats(biases, cohort::MemoryCategory::parameters);
-      slot.grad_weight32 = math.allocate_floats(weights, cohort::MemoryCategory::gradients);
-      slot.grad_bias32 = math.allocate_floats(biases, cohort::MemoryCategory::gradients);
-    }
+    layers_[l].activation = math.allocate_floats(rows * static_cast<std::size_t>(fan_out(layer)));
+    largest_weight = std::max(largest_weight, static_cast<std::size_t>(fan_out(layer)) *
+                                                  static_cast<std::size_t>(fan_in(layer)));
+    largest_bias = std::max(largest_bias, static_cast<std::size_t>(fan_out(layer)));
+  }
+  if (config_.dtype != cohort::DType::f32) {
+    weight32_ = math.allocate_floats(largest_weight);
+    bias32_ = math.allocate_floats(largest_bias);
+    grad_weight32_ = math.allocate_floats(largest_weight);
+    grad_bias32_ = math.allocate_floats(largest_bias);
   }
   grad_a_ = math.allocate_floats(rows * static_cast<std::size_t>(widest));
   grad_b_ = math.allocate_floats(rows * static_cast<std::size_t>(widest));
 }
 
-const float* Mlp::weight(std::size_t layer) const {
-  const Layer& slot = layers_[layer];
-  return config_.dtype == cohort::DType::f32
-             ? static_cast<const float*>(dp_->param(slot.weight).data())
-             : static_cast<const float*>(slot.weight32.data());
+const float* Mlp::weight(std::size_t layer) {
+  const cohort::TensorView w = dp_->param(layers_[layer].weight);
+  if (config_.dtype == cohort::DType::f32) return static_cast<const float*>(w.data());
+  math_->cast(w, cohort::TensorView(weight32_.data(), w.count(), cohort::DType::f32, w.device()));
+  return static_cast<const float*>(weight32_.data());
 }
 
-const float* Mlp::bias(std::size_t layer) const {
-  const Layer& slot = layers_[layer];
-  return config_.dtype == cohort::DType::f32
-             ? static_cast<const float*>(dp_->param(slot.bias).data())
-             : static_cast<const float*>(slot.bias32.data());
+const float* Mlp::bias(std::size_t layer) {
+  const cohort::TensorView b = dp_->param(layers_[layer].bias);
+  if (config_.dtype == cohort::DType::f32) return static_cast<const float*>(b.data());
+  math_->cast(b, cohort::TensorView(bias32_.data(), b.count(), cohort::DType::f32, b.device()));
+  return static_cast<const float*>(bias32_.data());
 }
 
 void Mlp::forward(const float* inputs, int batch) {
@@ -105,17 +110,14 @@ void Mlp::forward(const float* inputs, int batch) {
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const int layer = static_cast<int>(l);
     Layer& slot = layers_[l];
-    if (config_.dtype != cohort::DType::f32) {
-      const cohort::TensorView w = dp_->param(slot.weight);
-      const cohort::TensorView b = dp_->param(slot.bias);
-      math_->cast(w, cohort::TensorView(slot.weight32.data(), w.count(), cohort::DType::f32, w.device()));
-      math_->cast(b, cohort::TensorView(slot.bias32.data(), b.count(), cohort::DType::f32, b.device()));
-    }
+    dp_->gather(slot.unit);  // ZeRO-3: the next layer is prefetched meanwhile
     auto* y = static_cast<float*>(slot.activation.data());
     // y [batch, out] = x [batch, in] . W^T, W [out, in]
     math_->gemm(Transpose::no, Transpose::yes, batch, fan_out(layer), fan_in(layer), 1.0f, x,
                 weight(l), 0.0f, y);
     math_->bias_activation(y, bias(l), batch, fan_out(layer), l + 1 < layers_.size());
+    // The last layer stays gathered for backward, which begins with it.
+    if (l + 1 < layers_.size()) dp_->release(slot.unit);
     x = y;
   }
 }
@@ -129,17 +131,21 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
   math_->softmax_cross_entropy(static_cast<const float*>(layers_[last].activation.data()), labels,
                                batch, config_.classes, grad_scale, dp != nullptr ? grad : nullptr,
                                stats);
-  if (dp == nullptr) return;
+  if (dp == nullptr) {
+    dp_->release(layers_[last].unit);  // no backward: forward's last unit is done with
+    return;
+  }
   const auto rows = static_cast<std::size_t>(batch);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const int layer = static_cast<int>(l);
     Layer& slot = layers_[l];
     const float* x = l == 0 ? inputs_ : static_cast<const float*>(layers_[l - 1].activation.data());
+    dp->gather(slot.unit, cohort::Pass::backward);  // the last: taken over from forward
     const cohort::TensorView grad_w = dp->grad(slot.weight);
     const cohort::TensorView grad_b = dp->grad(slot.bias);
     const bool f32 = config_.dtype == cohort::DType::f32;
-    auto* dw = f32 ? static_cast<float*>(grad_w.data()) : static_cast<float*>(slot.grad_weight32.data());
-    auto* db = f32 ? static_cast<float*>(grad_b.data()) : static_cast<float*>(slot.grad_bias32.data());
+    auto* dw = f32 ? static_cast<float*>(grad_w.data()) : static_cast<float*>(grad_weight32_.data());
+    auto* db = f32 ? static_cast<float*>(grad_b.data()) : static_cast<float*>(grad_bias32_.data());
     // dW [out, in] = grad^T [out, batch] . x [batch, in]; db = column sums of grad
     math_->gemm(Transpose::yes, Transpose::no, fan_out(layer), fan_in(layer), batch, 1.0f, grad, x,
                 0.0f, dw);
@@ -150,10 +156,14 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
     }
     dp->grad_ready(slot.bias);
     dp->grad_ready(slot.weight);
-    if (l == 0) break;
+    if (l == 0) {
+      dp->release(slot.unit);
+      break;
+    }
     // grad_in [batch, in] = grad [batch, out] . W [out, in], through the previous ReLU
     math_->gemm(Transpose::no, Transpose::no, batch, fan_in(layer), fan_out(layer), 1.0f, grad,
                 weight(l), 0.0f, next);
+    dp->release(slot.unit);
     math_->relu_backward(next, static_cast<const float*>(layers_[l - 1].activation.data()),
                          rows * static_cast<std::size_t>(fan_in(layer)));
     std::swap(grad, next);
@@ -161,16 +171,22 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
 }
 
 std::vector<float> Mlp::download_parameters() const {
-  COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before reading its parameters");
   std::vector<float> values;
   values.reserve(parameter_count());  // one allocation, not a doubling vector
-  for (const Layer& slot : layers_) {
-    for (const cohort::ParamHandle handle : {slot.weight, slot.bias}) {
-      const std::vector<float> mine = math_->download_values(dp_->param(handle));
-      values.insert(values.end(), mine.begin(), mine.end());
-    }
-  }
+  visit_parameters(
+      [&](const std::vector<float>& mine) { values.insert(values.end(), mine.begin(), mine.end()); });
   return values;
+}
+
+void Mlp::visit_parameters(const std::function<void(const std::vector<float>&)>& visit) const {
+  COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before reading its parameters");
+  for (const Layer& slot : layers_) {
+    dp_->gather(slot.unit);
+    for (const cohort::ParamHandle handle : {slot.weight, slot.bias}) {
+      visit(math_->download_values(dp_->param(handle)));
+    }
+    dp_->release(slot.unit);
+  }
 }
 
 }  // namespace layers

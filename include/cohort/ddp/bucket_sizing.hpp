@@ -27,6 +27,9 @@ namespace cohort {
 /// `DataParallelOptions::bucket_bytes` value that asks for caps from the measured link.
 inline constexpr std::size_t kAutoBucketBytes = 0;
 
+/// The largest cap a measured link is given (what an estimate made before measuring assumes).
+inline constexpr std::size_t kMaxAutoBucketBytes = std::size_t{64} << 20;
+
 /// The link's cost model: an all-reduce of b bytes (per rank) takes alpha_us + b / bytes_per_us.
 struct LinkEstimate {
   double alpha_us = 0.0;

@@ -138,6 +138,78 @@
 /// |gradient| (plus n x 2^-24 for f16's subnormals); f16 overflows to infinity beyond 65504.
 /// The arena, and what the optimizer reads, stays f32.
 ///
+/// Note [ZeRO-2]
+/// With `sharding = Sharding::zero2` every rank holds every parameter, but gradients only as
+/// its shard (Note [Shard layout] in shard_layout.hpp), with its shard of the optimizer state:
+/// 4 + 12/N bytes per parameter for f32 AdamW on N ranks, plus one bucket in flight
+/// (`buckets_in_flight`).
+/// - `grad(h)` is where backward writes `h`'s gradient: its bucket (a run of whole parameters
+///   under the bucket caps) is opened at the first `grad(h)` or `grad_ready(h)` of its
+///   parameters, in one of a ring of `buckets_in_flight` bucket buffers (Note [Slot rings]):
+///   the compute stream waits until the buffer's previous reduce-scatter has read it, then zeroes
+///   it. When every
+///   parameter of a bucket is marked, the bucket is reduce-scattered (average) into this rank's
+///   shard of the gradients, in bucket order as for plain data parallel, and its buffer goes back
+///   to the ring. So no whole gradient exists past the bucket in flight, and a gradient read
+///   through `grad(h)` after its bucket was reduce-scattered is a fresh (zero) one: the averaged
+///   gradients are `grad_shard()`.
+/// - The optimizer (`target_of(dp)`) steps this rank's pieces of the arena from the shard, then
+///   calls `params_updated()`, which all-gathers each bucket's updated parameters on the
+///   communication stream, last bucket first (the order forward uses them). The compute stream
+///   waits for all of them at once, unless `overlap_param_gather` is set: then `param(h)` makes
+///   it wait for `h`'s bucket only, so forward overlaps the rest (a program that reads
+///   parameters through views it kept from earlier steps must leave it off).
+/// - `no_sync()`: gradients are still reduce-scattered as buckets complete, and the shard adds
+///   them up over the window (the first reduce-scatter after a synchronized step overwrites it),
+///   so memory stays at 1/N; so each micro-batch must mark the same parameters on every rank, or
+///   call `sync_grads()` at its end, which inside `no_sync` reduce-scatters every bucket not yet
+///   reduce-scattered in the micro-batch. The sum of averages differs from plain data parallel's
+///   average of sums by rounding.
+/// - Not with `compression`, `param_memory` or `grad_memory`.
+///
+/// Note [ZeRO-3]
+/// With `sharding = Sharding::zero3` parameters, gradients and optimizer state all live as this
+/// rank's shard (16/N bytes per parameter for f32 AdamW), and the program uses parameters a unit
+/// at a time (the registry's units, `ParamRegistry::add_unit`, in forward order). A model of
+/// one unit, fc1 = {w1}:
+///
+///     const cohort::UnitHandle fc1{0};               // registry.add_unit("fc1", {w1})
+///     dp.gather(fc1);                                // all-gathered; the next unit prefetched
+///     forward(dp.param(w1), dp.param(w1), batch);    // (a model of many releases each unit
+///                                                    //  after its forward, all but the last)
+///     dp.gather(fc1, cohort::Pass::backward);        // takes over the unit forward kept
+///     backward_fc1(dp.grad(w1), dp.grad(w1));        // a zeroed gradient buffer of the unit
+///     dp.grad_ready(w1);                             // all marked: reduce-scattered at once
+///     dp.release(fc1);
+///     dp.sync_grads();
+///     optimizer.step();                              // steps the shard
+///
+/// - `gather(u, pass)` all-gathers the unit into one of two unit buffers (Note [Slot rings];
+///   the collective waits until the buffer's last user released it) and makes the compute stream
+///   wait for it; `param(h)` is then a view of it, valid until `release(u)`. It also starts the
+///   all-gather of the next unit of the pass (forward: the next declared, backward: the previous),
+///   when a buffer is free, so that it runs while the program computes with this one; after the
+///   optimizer's step the first unit of the next forward is fetched. `last_step_stats()` counts
+///   the units gathered and how many of them were prefetched.
+/// - Gathered for backward, a unit also gets a zeroed gradient buffer: `grad(h)` is a view of it.
+///   When every parameter of the unit is marked, its gradients are reduce-scattered (average)
+///   into the shard at once, and the buffer goes back; releasing a unit whose parameters are not
+///   all marked is an error (or, with `unused_params = zero`, reduces them as zeros).
+/// - `release(u)` gives the unit's buffer back in stream order: what the compute stream enqueued
+///   before it may still read it. Views taken before a release must not be used after it.
+/// - Inside `init`, gather each unit, write its parameters through `param(h)` and release it:
+///   the release keeps what was written (rank 0's, broadcast when `broadcast_parameters` is set)
+///   as every rank's shard. Outside `init` writes to a gathered unit are not kept.
+/// - Misuse is an error naming the unit: a parameter used or a gradient written while its unit
+///   is not gathered (for backward), a unit gathered twice or released twice, a unit still
+///   gathered at `sync_grads()`. Ranks that gather different units are stopped at once, each
+///   naming what every rank gathered; a rank that gathers nothing is named at the deadline with
+///   the unit the others wait for (Note [Unit tags] in src/ddp/sharded_units.cpp).
+/// - `no_sync()`: each unit is reduce-scattered as its backward ends and the shard adds them up,
+///   as in ZeRO-2 (Note [ZeRO-2]).
+/// - The other modes accept the same calls (gather and release check their rules and move
+///   nothing), so a program written for ZeRO-3 runs in every mode.
+///
 /// Threads: a DataParallel is used by one thread at a time (the rank's thread).
 
 #include <cohort/comm/communicator.hpp>
@@ -147,6 +219,7 @@
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/bucket_sizing.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/shard_layout.hpp>
 #include <cohort/memory/memory_resource.hpp>
 
 #include <cstddef>
@@ -177,6 +250,9 @@ enum class UnusedParams : std::uint8_t {
 
 /// The element type on the wire (Note [Wire compression]).
 enum class Compression : std::uint8_t { none, bf16, f16 };
+
+/// Which pass a unit is gathered for (`DataParallel::gather`).
+enum class Pass : std::uint8_t { forward, backward };
 
 /// Options of a `DataParallel`. Every member has a default, so designated initializers may name
 /// any subset: `{.bucket_bytes = 25 << 20}`. Every rank must pass the same values for the
@@ -219,6 +295,17 @@ struct DataParallelOptions {
   std::optional<TensorView> grad_memory = std::nullopt;
   /// Record timing events for `last_step_stats()`.
   bool collect_stats = true;
+  /// What is sharded across ranks (same on every rank; Note [ZeRO-2], Note [Shard layout]).
+  Sharding sharding = Sharding::none;
+  /// ZeRO-2: bucket buffers in flight (Note [ZeRO-2]): 1 holds one bucket's gradients beyond
+  /// the shard, and opening the next bucket waits until the last one's reduce-scatter has read
+  /// it (backward's other work, such as the input gradients, overlaps it); 2 lets backward fill
+  /// the next bucket meanwhile, for one more bucket of memory.
+  int buckets_in_flight = kDefaultBucketsInFlight;
+  /// ZeRO-2: `param(h)` waits for `h`'s bucket's all-gather after a step instead of the compute
+  /// stream waiting for all of them at the step, so forward overlaps them. Only for programs that
+  /// call `param(h)` before each use (same on every rank; Note [ZeRO-2]).
+  bool overlap_param_gather = false;
 };
 
 /// What the last synchronized step communicated. Times come from timing events on the streams
@@ -231,6 +318,10 @@ struct StepStats {
   /// Communication time not hidden behind compute: from the moment the compute stream reached
   /// `sync_grads()` until the last collective finished (0 when it had finished before).
   double exposed_ms = 0.0;
+  /// ZeRO-3: the units all-gathered for this step (since the last one's `sync_grads()`), and of
+  /// them those fetched ahead of the program's `gather` (Note [ZeRO-3]).
+  std::size_t units_gathered = 0;
+  std::size_t units_prefetched = 0;
 };
 
 class DataParallel {
@@ -249,7 +340,11 @@ class DataParallel {
   DataParallel(DataParallel&&) = delete;
   DataParallel& operator=(DataParallel&&) = delete;
 
-  /// A parameter's values and its gradient: slices of the arenas, on `world().device()`.
+  /// A parameter's values and its gradient: slices of the arenas, on `world().device()`. ZeRO-2:
+  /// the gradient is a slice of its bucket's buffer (Note [ZeRO-2]); ZeRO-3: both are slices of
+  /// the gathered unit's buffers (Note [ZeRO-3]).
+  /// @throws InvalidArgument for an unknown handle; with ZeRO-3, for a unit not gathered (for
+  ///         backward, to write a gradient).
   TensorView param(ParamHandle handle) const;
   TensorView grad(ParamHandle handle) const;
 
@@ -273,7 +368,23 @@ class DataParallel {
   void zero_grads();
 
   /// Copies rank 0's parameter arena to every rank, on the compute stream. Collective.
+  /// @throws InvalidArgument with ZeRO-3 (rank 0's units are broadcast at construction).
   void broadcast_parameters();
+
+  /// Makes `unit`'s parameters usable on the compute stream for `pass`, and prefetches the next
+  /// unit of that pass. Only ZeRO-3 moves anything (Note [ZeRO-3]); the other modes check the
+  /// same rules (a unit is gathered once before it is released), so one program runs in every
+  /// mode. Every rank must gather and release the same units in the same order.
+  /// @throws InvalidArgument for an unknown unit, or one already gathered for this pass.
+  void gather(UnitHandle unit, Pass pass = Pass::forward);
+  /// Ends the use of `unit` (Note [ZeRO-3]).
+  /// @throws InvalidArgument for a unit not gathered (released twice).
+  void release(UnitHandle unit);
+
+  /// For optimizers, after a step that updated this rank's shard of the parameters (`target_of`
+  /// arranges the call): ZeRO-2 all-gathers the updated parameters (Note [ZeRO-2]); the other
+  /// modes have nothing to do.
+  void params_updated();
 
   /// RAII scope of local accumulation (Note [Gradient accumulation]); nests.
   class NoSync {
@@ -304,10 +415,15 @@ class DataParallel {
   TensorView param_arena() const;
   TensorView grad_arena() const;
   /// This rank's contiguous shard of each arena: elements [shard_offset(), + shard_count()).
+  /// In the sharded modes the shard is this rank's pieces side by side (Note [Shard layout]):
+  /// `grad_shard()` holds its averaged gradients; `param_shard()` exists with ZeRO-3 only
+  /// (ZeRO-2's parameter pieces stay in the whole arena); `grad_arena()` exists in neither.
   TensorView param_shard() const;
   TensorView grad_shard() const;
   std::size_t shard_offset() const noexcept;
   std::size_t shard_count() const noexcept;
+  /// Which elements of the arena each rank owns (Note [Shard layout]).
+  const ShardLayout& shard_layout() const noexcept;
   DType dtype() const noexcept;
 
   const Stream& compute_stream() const noexcept;

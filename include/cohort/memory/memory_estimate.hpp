@@ -13,16 +13,38 @@
 
 namespace cohort {
 
-/// Bytes `device` can still give. The host: the kernel's MemAvailable (/proc/meminfo), less when
-/// the process's cgroup has a memory limit closer to its usage. A GPU: `cudaMemGetInfo`'s free
-/// bytes (a CUDA pool may hold more, already reserved). 0 when nothing can be read.
+/// What `device` can still give, and where that number comes from.
+struct MemoryAvailability {
+  std::size_t bytes = 0;  ///< 0 when nothing could be read
+  /// For messages: "MemAvailable (/proc/meminfo)", "the memory cgroup limit of
+  /// /sys/fs/cgroup/memory/job (3.50 GiB, 120.00 MiB of it in use)", "cudaMemGetInfo's free
+  /// memory on cuda:0".
+  std::string source;
+};
+
+/// Bytes `device` can still give. The host: the kernel's MemAvailable (/proc/meminfo), or less
+/// when a memory cgroup of this process (v1 or v2, itself or an ancestor: a container's limit, a
+/// Slurm job's) leaves less room under its limit (Note [Memory cgroups] in
+/// src/memory/cgroup_memory.hpp). A GPU: `cudaMemGetInfo`'s free bytes (a CUDA pool may hold
+/// more, already reserved).
+MemoryAvailability memory_availability(Device device);
+
+/// `memory_availability(device).bytes`.
 std::size_t available_memory(Device device);
 
 /// Throws OutOfMemory before allocating `bytes` on `device` when they are more than
 /// `available_memory(device)`. The message names `what` (what the bytes are for, say "DataParallel
-/// parameter and gradient arenas of 1.2 M parameters"), both amounts in bytes and in words, and
-/// what to do. Nothing is refused when the available amount cannot be read.
+/// parameter and gradient arenas of 1.2 M parameters"), both amounts in bytes and in words, where
+/// the available amount comes from, and what to do. Nothing is refused when the available amount
+/// cannot be read.
 void check_memory_fits(Device device, std::size_t bytes, std::string_view what);
+
+/// As `check_memory_fits`, for `ranks` ranks that each need `bytes_per_rank` from the same memory
+/// (the ranks of one host under one container limit), against `available` measured before any of
+/// them allocated. `advice` replaces the default advice at the end of the message when not empty.
+void check_memory_fits(const MemoryAvailability& available, Device device,
+                       std::size_t bytes_per_rank, int ranks, std::string_view what,
+                       std::string_view advice = {});
 
 class MemoryResource;
 
@@ -49,4 +71,5 @@ MemoryFit memory_fit(std::size_t bytes, bool device_is_cuda, bool oversubscribab
                      std::size_t device_available, std::size_t host_available);
 
 }  // namespace detail
+
 }  // namespace cohort

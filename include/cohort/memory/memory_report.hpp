@@ -28,16 +28,18 @@ enum class MemoryCategory : std::uint8_t {
   gradients,        ///< gradients of the parameters
   optimizer_state,  ///< optimizer moments and fp32 master weights
   buckets,          ///< communication buckets that collectives read and write
+  gathered,         ///< ZeRO-3's units while gathered: their parameters and gradients in flight
   activations,      ///< activations and workspaces of the forward and backward passes
   other,            ///< everything else (the default)
 };
 
 /// Every category, in declaration order.
 inline constexpr MemoryCategory kAllMemoryCategories[] = {
-    MemoryCategory::parameters, MemoryCategory::gradients,   MemoryCategory::optimizer_state,
-    MemoryCategory::buckets,    MemoryCategory::activations, MemoryCategory::other};
+    MemoryCategory::parameters, MemoryCategory::gradients, MemoryCategory::optimizer_state,
+    MemoryCategory::buckets,    MemoryCategory::gathered,  MemoryCategory::activations,
+    MemoryCategory::other};
 
-/// "parameters", "gradients", "optimizer_state", "buckets", "activations" or "other".
+/// "parameters", "gradients", "optimizer_state", "buckets", "gathered", "activations" or "other".
 std::string_view to_string(MemoryCategory category) noexcept;
 
 /// CUDA ordinals the registry can account (0 to kMaxReportedCudaDevices - 1).

@@ -42,6 +42,14 @@ namespace detail {
 class OptimizerImpl;
 }
 
+/// With a sharded target, one range the optimizer steps: `params` elements [param_offset,
+/// + count) from `grads` (and the state) elements [shard_offset, + count).
+struct OptimizerPiece {
+  std::size_t param_offset = 0;
+  std::size_t shard_offset = 0;
+  std::size_t count = 0;
+};
+
 /// What an optimizer steps.
 struct OptimizerTarget {
   /// The whole flat parameter arena: f32, or bf16/f16 with fp32 master weights kept by the
@@ -53,6 +61,15 @@ struct OptimizerTarget {
   Stream stream;
   /// For the gradient statistics across ranks and for ZeRO-1; may be null for one rank.
   Communicator* comm = nullptr;
+  /// Sharded data parallel (ZeRO-2, ZeRO-3; `target_of` fills these three): `grads` is this
+  /// rank's shard of the averaged gradients, state is kept for it alone, and the gradient
+  /// statistics are summed across ranks. The optimizer neither reduce-scatters nor all-gathers.
+  bool grads_sharded = false;
+  /// With `grads_sharded`, where in `params` each range of the shard is (ZeRO-2: this rank's
+  /// pieces of the whole arena, Note [Shard layout]); empty: `params` is the shard (ZeRO-3).
+  std::vector<OptimizerPiece> pieces = {};
+  /// Called after each step's update is enqueued (ZeRO-2 all-gathers the parameters there).
+  std::function<void()> after_step = nullptr;
 };
 
 /// The global L2 norm of the unscaled gradients of one step, computed on the device; `value()`

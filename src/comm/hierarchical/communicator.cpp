@@ -18,7 +18,7 @@ struct HierarchicalCommunicator::Parts {
   Stream stream = Stream::create(Device::host());
   std::vector<std::byte> scratch;
 
-  void execute(const Call& call, int size);
+  void execute(const Call& call, int size, int rank);
 };
 
 namespace {
@@ -46,20 +46,25 @@ void divide(T* data, std::size_t count, int divisor) {
 
 }  // namespace
 
-void HierarchicalCommunicator::Parts::execute(const Call& call, int size) {
-  if (call.op != CollectiveOp::all_reduce) {
+void HierarchicalCommunicator::Parts::execute(const Call& call, int size, int rank) {
+  if (call.op != CollectiveOp::all_reduce && call.op != CollectiveOp::reduce_scatter) {
     switch (call.op) {
-      case CollectiveOp::reduce_scatter:
-        flat->reduce_scatter(call.input, call.output, call.reduce, stream).wait();
-        return;
       case CollectiveOp::all_gather: flat->all_gather(call.input, call.output, stream).wait(); return;
       case CollectiveOp::broadcast: flat->broadcast(call.output, call.root, stream).wait(); return;
       case CollectiveOp::barrier: flat->barrier(stream).wait(); return;
-      case CollectiveOp::all_reduce: break;
+      case CollectiveOp::all_reduce:
+      case CollectiveOp::reduce_scatter: break;
     }
   }
-  const std::size_t count = call.output.count();
-  if (count == 0) {
+  // Note [Hierarchical reduce-scatter]
+  // A reduce-scatter runs the all-reduce below on its whole input and keeps this rank's block:
+  // every element is then summed exactly as the all-reduce sums it (within the host in rank
+  // order, then across hosts), whatever buffer it sits in, so the sharded modes of DataParallel,
+  // which reduce-scatter what plain data parallel all-reduces, end bitwise equal to it on two
+  // hosts (Gloo's sum of two is exact in either order). Its cross-host traffic is the
+  // all-reduce's, less than the flat Gloo all-reduce of the whole input it replaces.
+  const std::size_t count = call.input.count();
+  if (call.output.count() == 0) {
     return;
   }
   const auto local = static_cast<std::size_t>(node->size());
@@ -75,11 +80,14 @@ void HierarchicalCommunicator::Parts::execute(const Call& call, int size) {
   node->reduce_scatter(padded, mine, op, stream).wait();
   across->all_reduce(mine, op, stream).wait();
   node->all_gather(mine, padded, stream).wait();
-  std::memcpy(call.output.data(), scratch.data(), call.output.bytes());
+  const std::size_t first =
+      call.op == CollectiveOp::reduce_scatter ? static_cast<std::size_t>(rank) * call.output.count()
+                                              : 0;
+  std::memcpy(call.output.data(), scratch.data() + first * element, call.output.bytes());
   if (call.reduce == ReduceOp::avg) {
     visit_dtype(call.output.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      divide(static_cast<T*>(call.output.data()), count, size);
+      divide(static_cast<T*>(call.output.data()), call.output.count(), size);
     });
   }
 }
@@ -134,7 +142,9 @@ void* HierarchicalCommunicator::native_handle() const noexcept {
 void HierarchicalCommunicator::run(const Call& call, const Stream& stream,
                                    const std::shared_ptr<WorkState>& work) {
   run_on_worker(*worker_, stream, work, shared_context(),
-                [call, parts = parts_, size = context().size()] { parts->execute(call, size); });
+                [call, parts = parts_, size = context().size(), rank = context().rank()] {
+                  parts->execute(call, size, rank);
+                });
 }
 
 std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int key,

@@ -14,8 +14,12 @@
 ///
 /// Backward marks each layer's gradients ready (`grad_ready`) as soon as it has enqueued them, so
 /// the data-parallel engine all-reduces the last layers while the first are still computed.
-/// With bf16 parameters, the layers compute in f32 from f32 copies of the weights (cast each
-/// forward) and cast their gradients to bf16 into the arena.
+/// Each layer is a unit (ZeRO-3, Note [ZeRO-3] in data_parallel.hpp): gathered before forward
+/// uses it and released after (all but the last, which backward takes over), gathered again for
+/// backward and released once its gradients are marked; in the other modes these calls move
+/// nothing. With bf16 parameters, the layers compute in f32 from an f32 copy of the layer's
+/// weights cast just before each use (one copy, the size of the largest layer) and cast their
+/// gradients to bf16 into the engine's buffers.
 
 #include <layers/math.hpp>
 
@@ -23,6 +27,7 @@
 #include <cohort/ddp/param_registry.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace layers {
@@ -39,7 +44,8 @@ struct MlpConfig {
 
 class Mlp {
  public:
-  /// Registers "fc<i>.weight" [out, in] and "fc<i>.bias" [out], in forward order.
+  /// Registers "fc<i>.weight" [out, in] and "fc<i>.bias" [out], in forward order, and the unit
+  /// "fc<i>" of the two.
   Mlp(const MlpConfig& config, cohort::ParamRegistry& registry);
 
   const MlpConfig& config() const noexcept { return config_; }
@@ -68,16 +74,20 @@ class Mlp {
 
   /// The parameters in f32, in registration order (waits for the stream).
   std::vector<float> download_parameters() const;
+  /// Calls `visit` with each parameter's values in f32, in registration order, one at a time
+  /// (waits for the stream): for reading a sharded model without holding all of it.
+  void visit_parameters(const std::function<void(const std::vector<float>&)>& visit) const;
 
  private:
   struct Layer {
     cohort::ParamHandle weight, bias;
-    cohort::Buffer weight32, bias32;         // f32 copies (bf16 parameters only)
-    cohort::Buffer grad_weight32, grad_bias32;  // f32 gradients (bf16 parameters only)
+    cohort::UnitHandle unit;
     cohort::Buffer activation;               // [max_batch, fan_out]
   };
-  const float* weight(std::size_t layer) const;
-  const float* bias(std::size_t layer) const;
+  /// The layer's weights and bias in f32, for the next kernels on the stream: views of the
+  /// engine's (f32), or the f32 copy cast from them now (bf16). Its unit must be gathered.
+  const float* weight(std::size_t layer);
+  const float* bias(std::size_t layer);
 
   MlpConfig config_;
   std::vector<Layer> layers_;
@@ -86,6 +96,9 @@ class Mlp {
   int max_batch_ = 0;
   const float* inputs_ = nullptr;
   cohort::Buffer grad_a_, grad_b_;  // [max_batch, widest]
+  // bf16 parameters only: f32 copies of one layer's weights, bias and gradients, each the size of
+  // the largest layer's.
+  cohort::Buffer weight32_, bias32_, grad_weight32_, grad_bias32_;
 };
 
 }  // namespace layers

@@ -42,6 +42,10 @@ GradStats grad_stats(const TensorView& grads);
 /// `to[i] = from[i]` converted (f32, bf16, f16 both ways; same dtype copies). Same counts.
 void cast(const TensorView& from, const TensorView& to);
 
+/// `to[i] += from[i]`, both f32, bf16 or f16 of one dtype, summed in f32 and rounded once. Same
+/// counts. (Gradients reduce-scattered into a shard that accumulates them.)
+void add(const TensorView& from, const TensorView& to);
+
 }  // namespace host
 
 namespace cuda {
@@ -59,6 +63,9 @@ void prepare_step(StepScalars* scalars, LossScalerState* scaler, const PrepareAr
 
 /// As `host::cast`, on the device.
 void cast(const TensorView& from, const TensorView& to, void* stream);
+
+/// As `host::add`, on the device.
+void add(const TensorView& from, const TensorView& to, void* stream);
 
 }  // namespace cuda
 }  // namespace cohort::kernels
