@@ -71,6 +71,9 @@ std::string python_type_name(nb::handle object) {
 }
 
 bool c_contiguous(const nb::ndarray<>& array) {
+  if (array.size() == 0) {
+    return true;  // nothing to lay out
+  }
   std::int64_t expected = 1;
   for (std::size_t i = array.ndim(); i-- > 0;) {
     if (array.shape(i) != 1 && array.stride(i) != expected) {

@@ -80,11 +80,12 @@ class Group {
   virtual int size() const = 0;
   /// "rank 1 of 4 (local 1 of 4, node 0 of 1) on host, shm".
   virtual std::string describe() const = 0;
-  /// Starts a collective. Host buffers: ordered after the group's earlier collectives. CUDA
+  /// Starts a collective. Host buffers: ordered after the group's earlier collectives; with
+  /// `async_op` false the call may return only once it is done (the caller waits anyway). CUDA
   /// buffers: enqueued on `cuda_stream` (a cudaStream_t; nullptr for the legacy default stream),
   /// after the work already there; later work on that stream runs after it.
   virtual Outcome issue(Op op, const Buffer& input, const Buffer& output, Reduce reduce, int root,
-                        void* cuda_stream, std::shared_ptr<PendingWork>* work) = 0;
+                        void* cuda_stream, bool async_op, std::shared_ptr<PendingWork>* work) = 0;
   /// Fails this group's collectives in flight and later ones with `reason`.
   virtual void abort(const std::string& reason) = 0;
 };

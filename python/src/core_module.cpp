@@ -18,6 +18,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -260,10 +261,9 @@ class PyCommunicator {
     {
       nb::gil_scoped_release release;
       if (device.is_host()) {
-        if (!host_stream_) {
-          host_stream_ = Stream::create(Device::host(), HostExecution::worker);
-        }
-        work = issue(*host_stream_);
+        std::size_t bytes = 0;
+        for (const Array& array : arrays) bytes = std::max(bytes, array.view.bytes());
+        work = issue(host_streams_.choose(bytes, async_op));
         if (!async_op) {
           work.wait();
         }
@@ -277,7 +277,7 @@ class PyCommunicator {
   std::shared_ptr<WorldHolder> owner_;
   std::unique_ptr<Communicator> owned_;
   Communicator* comm_ = nullptr;
-  std::optional<Stream> host_stream_;
+  HostStreams host_streams_;  // Note [Host streams of the Python API]
 };
 
 class PyWorld {

@@ -356,6 +356,7 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& t = single(tensors, "all_reduce");
     TORCH_CHECK_NOT_IMPLEMENTED(!opts.sparseIndices.has_value(),
                                 "cohort: all_reduce of sparse tensors is not supported");
@@ -366,6 +367,7 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    async_op_ = opts.asyncOp;
     Plan plan;
     const Reduction reduction = reduction_of(opts.reduceOp, "all_reduce_coalesced");
     for (const at::Tensor& t : tensors) {
@@ -376,6 +378,7 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& t = single(tensors, "broadcast");
     check_root(opts.rootRank, "broadcast");
     Plan plan;
@@ -386,6 +389,7 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& t = single(tensors, "reduce");
     check_root(opts.rootRank, "reduce");
     Plan plan;
@@ -397,7 +401,8 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions&) override {
+                                           const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& input = single(inputs, "all_gather");
     TORCH_CHECK_VALUE(outputs.size() == 1, "cohort: all_gather takes one output list");
     std::vector<at::Tensor>& list = outputs[0];
@@ -408,7 +413,8 @@ class CohortBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
-                                                   const c10d::AllgatherOptions&) override {
+                                                   const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     check_sizes(output, input, size_, "all_gather_into_tensor");
     Plan plan;
     plan.parts.push_back(
@@ -419,12 +425,14 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     return all_gather_single(output, input, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions&) override {
+      const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                       "cohort: all_gather_coalesced needs one output list per input");
     Plan plan;
@@ -439,7 +447,8 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions&) override {
+      const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                       "cohort: all_gather_into_tensor_coalesced needs one output per input");
     Plan plan;
@@ -454,12 +463,14 @@ class CohortBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     return all_gather_single_coalesced(outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& input = single(inputs, "gather");
     check_root(opts.rootRank, "gather");
     std::vector<at::Tensor> list;
@@ -480,6 +491,7 @@ class CohortBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& output = single(outputs, "scatter");
     check_root(opts.rootRank, "scatter");
     check_tensor(output, "scatter");
@@ -505,6 +517,7 @@ class CohortBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     const at::Tensor& output = single(outputs, "reduce_scatter");
     TORCH_CHECK_VALUE(inputs.size() == 1, "cohort: reduce_scatter takes one input list");
     check_list(inputs[0], output, "reduce_scatter");
@@ -520,6 +533,7 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     check_sizes(input, output, size_, "reduce_scatter_tensor");
     Plan plan;
     scatter_reduce(plan, input, output, reduction_of(opts.reduceOp, "reduce_scatter_tensor"),
@@ -530,12 +544,14 @@ class CohortBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     return reduce_scatter_single(output, input, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                       "cohort: reduce_scatter_tensor_coalesced needs one output per input");
     const Reduction reduction = reduction_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
@@ -550,14 +566,16 @@ class CohortBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
+    async_op_ = opts.asyncOp;
     return reduce_scatter_single_coalesced(outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    async_op_ = false;
     Plan plan;
     std::shared_ptr<PendingWork> work;
     const Outcome outcome =
-        group_->issue(Op::barrier, Buffer{}, Buffer{}, Reduce::sum, -1, nullptr, &work);
+        group_->issue(Op::barrier, Buffer{}, Buffer{}, Reduce::sum, -1, nullptr, false, &work);
     if (!outcome.ok()) fail(outcome);
     plan.parts.push_back(std::move(work));
     std::vector<at::Tensor> none;
@@ -707,7 +725,8 @@ class CohortBackend final : public c10d::Backend {
     const Buffer in = buffer_of(input, call, reducing, reduction);
     const Buffer out = buffer_of(output, call, reducing, reduction);
     std::shared_ptr<PendingWork> work;
-    const Outcome outcome = group_->issue(op, in, out, reduce, root, current_stream(output), &work);
+    const Outcome outcome = group_->issue(op, in, out, reduce, root, current_stream(output),
+                                          async_op_, &work);
     if (!outcome.ok()) fail(outcome);
     ++sequence_;
     return work;
@@ -791,6 +810,7 @@ class CohortBackend final : public c10d::Backend {
   std::shared_ptr<Group> group_;
   std::chrono::milliseconds timeout_;
   std::uint64_t sequence_ = 0;
+  bool async_op_ = true;  // the current call's asyncOp: false lets a host collective block
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<CohortWork>> coalesced_;
 };

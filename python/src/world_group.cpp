@@ -3,6 +3,7 @@
 #include <cohort/core/error.hpp>
 #include <cohort/launch/launch_info.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -116,7 +117,7 @@ WorldGroup::WorldGroup(WorldOptions options)
         host.backend = BackendChoice::gloo;
         return init(std::move(host));
       }()),
-      host_stream_(Stream::create(Device::host(), HostExecution::worker)) {}
+      host_streams_() {}
 
 WorldGroup::~WorldGroup() {
   completer_.reset();  // its callbacks run before the worlds go
@@ -143,15 +144,29 @@ World& WorldGroup::cuda_world(int device) {
   return *cuda_;
 }
 
+const Stream& HostStreams::choose(std::size_t bytes, bool async_op) {
+  if (!async_op || bytes <= kBlockingBytes) {
+    return caller;
+  }
+  if (!worker) {
+    worker.emplace(Stream::create(Device::host(), HostExecution::worker));
+  }
+  return *worker;
+}
+
 Outcome WorldGroup::issue(Op op, const Buffer& input, const Buffer& output, Reduce reduce, int root,
-                          void* cuda_stream, std::shared_ptr<PendingWork>* work) {
+                          void* cuda_stream, bool async_op, std::shared_ptr<PendingWork>* work) {
   return guarded([&] {
+    const std::lock_guard<std::mutex> lock(issue_mutex_);
     const bool cuda = op == Op::barrier ? false : output.cuda;
     COHORT_EXPECTS(op == Op::barrier || op == Op::broadcast || input.cuda == output.cuda,
                    "input and output must both be host memory or both CUDA memory");
     Communicator& comm = cuda ? cuda_world(output.device).comm() : host_.comm();
-    const Stream stream =
-        cuda ? Stream::wrap_cuda(Device::cuda(output.device), cuda_stream) : host_stream_;
+    const std::size_t bytes =
+        std::max(input.count * size_of(static_cast<DType>(input.dtype)),
+                 output.count * size_of(static_cast<DType>(output.dtype)));
+    const Stream stream = cuda ? Stream::wrap_cuda(Device::cuda(output.device), cuda_stream)
+                               : host_streams_.choose(bytes, async_op);
     const auto reduce_op = static_cast<ReduceOp>(reduce);
     Work issued;
     switch (op) {

@@ -80,6 +80,7 @@ class ShmSegment {
   std::byte* base_ = nullptr;
   bool single_process_ = true;  // every member lives in this process (ranks as threads)
   int spin_ = 0;                // pause iterations before yielding
+  std::chrono::microseconds yield_for_{0};  // yielding before sleeping on the futex
 };
 
 /// Removes /dev/shm segments of this user that cohort created in a process that no longer
