@@ -40,11 +40,13 @@ class WorldWork final : public PendingWork {
   }
 
   Outcome wait(std::int64_t timeout_ms) override {
-    if (timeout_ms < 0) {
-      return recorded(guarded([&] { work_.wait(); }));
+    if (timeout_ms >= 0) {
+      Outcome outcome = guarded([&] { work_.wait(std::chrono::milliseconds(timeout_ms)); });
+      if (outcome.ok() || !done()) {
+        return outcome;  // done, or only this wait's own limit passed: no failure of the work
+      }
     }
-    Outcome outcome = guarded([&] { work_.wait(std::chrono::milliseconds(timeout_ms)); });
-    return done() ? recorded(std::move(outcome)) : outcome;  // a wait's own limit is no failure
+    return recorded(guarded([&] { work_.wait(); }));
   }
 
   void when_done(std::function<void(const Outcome&)> callback) override {
@@ -156,7 +158,8 @@ const Stream& HostStreams::choose(std::size_t bytes, bool async_op) {
 
 Outcome WorldGroup::issue(Op op, const Buffer& input, const Buffer& output, Reduce reduce, int root,
                           void* cuda_stream, bool async_op, std::shared_ptr<PendingWork>* work) {
-  return guarded([&] {
+  // A collective that ran on the caller's thread and failed throws from here.
+  return recorded(guarded([&] {
     const std::lock_guard<std::mutex> lock(issue_mutex_);
     const bool cuda = op == Op::barrier ? false : output.cuda;
     COHORT_EXPECTS(op == Op::barrier || op == Op::broadcast || input.cuda == output.cuda,
@@ -192,7 +195,7 @@ Outcome WorldGroup::issue(Op op, const Buffer& input, const Buffer& output, Redu
       finished->record(stream);
     }
     *work = std::make_shared<WorldWork>(std::move(issued), completer_, std::move(finished));
-  });
+  }));
 }
 
 void WorldGroup::abort(const std::string& reason) {

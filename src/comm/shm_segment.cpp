@@ -244,6 +244,23 @@ std::atomic_ref<std::uint32_t> ShmSegment::word(std::size_t line, std::size_t of
       *reinterpret_cast<std::uint32_t*>(base_ + line * kLine + offset));
 }
 
+std::atomic_ref<std::uint64_t> ShmSegment::signature_word(int rank,
+                                                          std::uint64_t seq) const noexcept {
+  // The second and third words of the rank's pid line, by the round's buffer.
+  const std::size_t line = kHeaderLines + kLinesPerRank * static_cast<std::size_t>(rank);
+  const std::size_t offset = sizeof(std::uint64_t) * (1 + seq % 2);
+  return std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(base_ + line * kLine + offset));
+}
+
+void ShmSegment::set_signature(std::uint64_t seq, std::uint64_t signature) noexcept {
+  signature_word(rank_, seq).store(signature, std::memory_order_relaxed);  // `post` releases it
+}
+
+std::uint64_t ShmSegment::signature(int rank, std::uint64_t seq) const noexcept {
+  return signature_word(rank, seq).load(std::memory_order_relaxed);  // after an acquiring wait
+}
+
 bool ShmSegment::reached(Flag which, int rank, std::uint64_t seq) const noexcept {
   if (rank >= 0) {
     return flag(rank, which).load(std::memory_order_acquire) >= seq;
