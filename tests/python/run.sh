@@ -6,6 +6,7 @@
 #   tests/python/run.sh BUILD_DIR torch_backend  # init_process_group("cohort"), 3 ranks
 #   tests/python/run.sh BUILD_DIR file_store     # the same over a FileStore (init_method file://)
 #   tests/python/run.sh BUILD_DIR ddp            # DDP with "cohort" against "gloo": same losses
+#   tests/python/run.sh BUILD_DIR sharded        # FSDP2 and ZeroRedundancyOptimizer, likewise
 #   tests/python/run.sh BUILD_DIR version_lock   # a cohort built for another torch refuses it
 #   tests/python/run.sh BUILD_DIR faults         # killed, absent and mismatched ranks
 #
@@ -78,6 +79,9 @@ case "$test" in
     ;;
   ddp)
     "$python" "$here/test_ddp.py" --ranks 4
+    ;;
+  sharded)
+    "$python" "$here/test_sharded.py"
     ;;
   version_lock)
     "$python" "$here/test_version_lock.py" "$site"
