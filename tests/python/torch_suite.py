@@ -18,35 +18,41 @@ import time
 import unittest
 
 
+# Module level, so that the ranks the suite spawns (which import this file again) find the class.
+if "TEMP_DIR" not in os.environ:
+    _temp = tempfile.mkdtemp(prefix="cohort-torch-suite.")
+    open(os.path.join(_temp, "barrier"), "w").close()
+    os.environ["TEMP_DIR"] = _temp
+os.environ["BACKEND"] = "cohort"
+os.environ.setdefault("WORLD_SIZE", sys.argv[3] if __name__ == "__main__" and len(sys.argv) > 3
+                      else "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # CPU collectives only
+
+import torch  # noqa: E402
+
+import cohort  # noqa: E402,F401
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+# What cohort runs, in the suite's own vocabulary.
+DistTestCases.backend_feature["plugin"].add("cohort")
+DistTestCases.backend_feature["ddp"].add("cohort")
+DistTestCases.backend_feature["subgroup"].add("cohort")
+DistTestCases.skip_collective["sendrecv anysource"].add("cohort")
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+
+class TestDistBackendWithSpawnCOHORT(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
 def main():
     report = sys.argv[1]
     pattern = re.compile(sys.argv[2] if len(sys.argv) > 2 else r"^test_")
-    world_size = sys.argv[3] if len(sys.argv) > 3 else "2"
-    temp = tempfile.mkdtemp(prefix="cohort-torch-suite.")
-    open(os.path.join(temp, "barrier"), "w").close()
-    os.environ.update(BACKEND="cohort", WORLD_SIZE=world_size, TEMP_DIR=temp)
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # CPU collectives only
-
-    import torch  # noqa: F401
-
-    import cohort  # noqa: F401
-    from torch.testing._internal.common_distributed import DistTestCases
-
-    # What cohort runs, in the suite's own vocabulary.
-    DistTestCases.backend_feature["plugin"].add("cohort")
-    DistTestCases.backend_feature["ddp"].add("cohort")
-    DistTestCases.backend_feature["subgroup"].add("cohort")
-    DistTestCases.skip_collective["sendrecv anysource"].add("cohort")
-    from torch.testing._internal.distributed.distributed_test import (
-        DistributedTest,
-        TestDistBackend,
-    )
-
-    class TestDistBackendWithSpawnCOHORT(TestDistBackend, DistributedTest._DistTestBase):
-        def setUp(self):
-            super().setUp()
-            self._spawn_processes()
-
     names = sorted(n for n in unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawnCOHORT)
                    if pattern.search(n))
     suite = unittest.TestSuite(TestDistBackendWithSpawnCOHORT(n) for n in names)
