@@ -14,13 +14,26 @@ using Code = nb::dlpack::dtype_code;
 std::string dpython_type_name(nb::dlpack::dtype dtype) {
   std::string base;
   switch (static_cast<Code>(dtype.code)) {
-    case Code::Int: base = "int"; break;
-    case Code::UInt: base = "uint"; break;
-    case Code::Float: base = "float"; break;
-    case Code::Bfloat: base = "bfloat"; break;
-    case Code::Complex: base = "complex"; break;
-    case Code::Bool: return "bool";
-    default: base = "dlpack-code-" + std::to_string(dtype.code) + "-"; break;
+    case Code::Int:
+      base = "int";
+      break;
+    case Code::UInt:
+      base = "uint";
+      break;
+    case Code::Float:
+      base = "float";
+      break;
+    case Code::Bfloat:
+      base = "bfloat";
+      break;
+    case Code::Complex:
+      base = "complex";
+      break;
+    case Code::Bool:
+      return "bool";
+    default:
+      base = "dlpack-code-" + std::to_string(dtype.code) + "-";
+      break;
   }
   std::string name = base + std::to_string(dtype.bits);
   if (dtype.lanes != 1) {
@@ -57,11 +70,16 @@ std::optional<DType> dtype_of(nb::dlpack::dtype dtype) {
 
 std::string device_name(const nb::ndarray<>& array) {
   switch (array.device_type()) {
-    case nb::device::cpu::value: return "cpu";
-    case nb::device::cuda::value: return "cuda:" + std::to_string(array.device_id());
-    case nb::device::cuda_host::value: return "cuda_host";
-    case nb::device::cuda_managed::value: return "cuda_managed:" + std::to_string(array.device_id());
-    default: return "DLPack device type " + std::to_string(array.device_type());
+    case nb::device::cpu::value:
+      return "cpu";
+    case nb::device::cuda::value:
+      return "cuda:" + std::to_string(array.device_id());
+    case nb::device::cuda_host::value:
+      return "cuda_host";
+    case nb::device::cuda_managed::value:
+      return "cuda_managed:" + std::to_string(array.device_id());
+    default:
+      return "DLPack device type " + std::to_string(array.device_type());
   }
 }
 
@@ -113,7 +131,8 @@ Array import_array(nb::handle object, const char* call, const char* role) {
     }
     throw nb::type_error((where + "is a " + python_type_name(object) +
                           ", which is not an array: cohort takes any object with __dlpack__ or "
-                          "the buffer protocol (NumPy, PyTorch, CuPy, JAX arrays)." + hint)
+                          "the buffer protocol (NumPy, PyTorch, CuPy, JAX arrays)." +
+                          hint)
                              .c_str());
   }
   const nb::ndarray<>& array = result.array;

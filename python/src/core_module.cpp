@@ -72,9 +72,9 @@ ReduceOp parse_op(const std::string& op) {
   if (op == "avg" || op == "mean") return ReduceOp::avg;
   if (op == "min") return ReduceOp::min;
   if (op == "max") return ReduceOp::max;
-  throw nb::value_error(("cohort: op '" + op +
-                         "' is not a reduction cohort runs; use 'sum', 'avg', 'min' or 'max'")
-                            .c_str());
+  throw nb::value_error(
+      ("cohort: op '" + op + "' is not a reduction cohort runs; use 'sum', 'avg', 'min' or 'max'")
+          .c_str());
 }
 
 std::chrono::milliseconds parse_timeout(const nb::handle& timeout) {
@@ -85,8 +85,9 @@ std::chrono::milliseconds parse_timeout(const nb::handle& timeout) {
     seconds = nb::cast<double>(timeout);
   }
   if (!(seconds > 0) || seconds > 30.0 * 24 * 3600) {
-    throw nb::value_error("cohort: timeout must be a positive number of seconds (or a timedelta) "
-                          "of at most 30 days");
+    throw nb::value_error(
+        "cohort: timeout must be a positive number of seconds (or a timedelta) "
+        "of at most 30 days");
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
 }
@@ -110,8 +111,9 @@ void* parse_stream(const nb::handle& stream) {
       return reinterpret_cast<void*>(nb::cast<std::uintptr_t>(stream.attr(attribute)));
     }
   }
-  throw nb::type_error("cohort: stream must be None, an int (a cudaStream_t), or a stream object "
-                       "with __cuda_stream__, .cuda_stream or .ptr");
+  throw nb::type_error(
+      "cohort: stream must be None, an int (a cudaStream_t), or a stream object "
+      "with __cuda_stream__, .cuda_stream or .ptr");
 }
 
 // ---- The framework-neutral API ----
@@ -124,7 +126,8 @@ struct WorldHolder {
 
 class PyWork {
  public:
-  PyWork(Work work, std::vector<nb::object> keep) : work_(std::move(work)), keep_(std::move(keep)) {}
+  PyWork(Work work, std::vector<nb::object> keep)
+      : work_(std::move(work)), keep_(std::move(keep)) {}
 
   bool done() const { return work_.done(); }
 
@@ -171,9 +174,8 @@ class PyCommunicator {
     const ReduceOp reduce = parse_op(op);
     Array in = import_array(data, "all_reduce", "data");
     Array out = output.is_none() ? in : import_array(output, "all_reduce", "output");
-    return run({in, out}, stream, async_op, [&](const Stream& s) {
-      return comm().all_reduce(in.view, out.view, reduce, s);
-    });
+    return run({in, out}, stream, async_op,
+               [&](const Stream& s) { return comm().all_reduce(in.view, out.view, reduce, s); });
   }
 
   PyWork reduce_scatter(nb::handle input, nb::handle output, const std::string& op,
@@ -249,8 +251,9 @@ class PyCommunicator {
       }
     }
     if (device.is_host() && !stream.is_none()) {
-      throw nb::value_error("cohort: stream is for collectives on CUDA arrays; host arrays take "
-                            "none (async_op=True returns before the collective is done)");
+      throw nb::value_error(
+          "cohort: stream is for collectives on CUDA arrays; host arrays take "
+          "none (async_op=True returns before the collective is done)");
     }
     void* cuda_stream = parse_stream(stream);
     std::vector<nb::object> keep;
@@ -323,10 +326,14 @@ PyWorld init_world(nb::handle timeout, const std::string& backend,
                               .c_str());
   }
   if (host_transport) {
-    if (*host_transport == "shm") options.host_transport = HostTransport::shm;
-    else if (*host_transport == "gloo") options.host_transport = HostTransport::gloo;
-    else if (*host_transport == "auto") options.host_transport = HostTransport::automatic;
-    else throw nb::value_error("cohort.init: host_transport must be 'auto', 'shm' or 'gloo'");
+    if (*host_transport == "shm")
+      options.host_transport = HostTransport::shm;
+    else if (*host_transport == "gloo")
+      options.host_transport = HostTransport::gloo;
+    else if (*host_transport == "auto")
+      options.host_transport = HostTransport::automatic;
+    else
+      throw nb::value_error("cohort.init: host_transport must be 'auto', 'shm' or 'gloo'");
   }
   nb::gil_scoped_release release;
   return PyWorld(init(std::move(options)));
@@ -407,9 +414,9 @@ NB_MODULE(_core, m) {
       .def("all_reduce", &PyCommunicator::all_reduce, nb::arg("data"), nb::arg("op") = "sum",
            nb::kw_only(), nb::arg("output") = nb::none(), nb::arg("stream") = nb::none(),
            nb::arg("async_op") = false)
-      .def("reduce_scatter", &PyCommunicator::reduce_scatter, nb::arg("input"),
-           nb::arg("output"), nb::arg("op") = "sum", nb::kw_only(),
-           nb::arg("stream") = nb::none(), nb::arg("async_op") = false)
+      .def("reduce_scatter", &PyCommunicator::reduce_scatter, nb::arg("input"), nb::arg("output"),
+           nb::arg("op") = "sum", nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("async_op") = false)
       .def("all_gather", &PyCommunicator::all_gather, nb::arg("input"), nb::arg("output"),
            nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("async_op") = false)
       .def("broadcast", &PyCommunicator::broadcast, nb::arg("data"), nb::arg("root") = 0,
@@ -433,8 +440,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("device", [](const PyWorld& w) { return w.world().device().to_string(); })
       .def_prop_ro("backend",
                    [](const PyWorld& w) { return std::string(to_string(w.world().backend())); })
-      .def_prop_ro("timeout",
-                   [](const PyWorld& w) { return w.world().timeout().count() / 1000.0; })
+      .def_prop_ro("timeout", [](const PyWorld& w) { return w.world().timeout().count() / 1000.0; })
       .def_prop_ro("comm", &PyWorld::comm)
       .def_prop_ro("local", &PyWorld::local)
       .def_prop_ro("cross", &PyWorld::cross)

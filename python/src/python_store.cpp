@@ -23,7 +23,9 @@ nb::object timedelta(Milliseconds timeout) {
   return make(nb::arg("milliseconds") = timeout.count());
 }
 
-nb::bytes bytes_of(std::string_view text) { return nb::bytes(text.data(), text.size()); }
+nb::bytes bytes_of(std::string_view text) {
+  return nb::bytes(text.data(), text.size());
+}
 
 std::string text_of(const nb::handle& value) {
   if (nb::isinstance<nb::bytes>(value)) {
@@ -37,8 +39,7 @@ std::string text_of(const nb::handle& value) {
 /// store timeout (torch raises DistStoreError or RuntimeError "Wait timeout") into TimeoutError.
 template <typename Fn>
 auto call_store(const std::string& store, const char* what, Fn&& fn) {
-  COHORT_CHECK(!exiting.load(), Error,
-               store + " " + what + ": the Python interpreter is exiting");
+  COHORT_CHECK(!exiting.load(), Error, store + " " + what + ": the Python interpreter is exiting");
   nb::gil_scoped_acquire gil;
   try {
     return fn();
@@ -47,7 +48,8 @@ auto call_store(const std::string& store, const char* what, Fn&& fn) {
     std::string lower = message;
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (lower.find("timeout") != std::string::npos || lower.find("timed out") != std::string::npos) {
+    if (lower.find("timeout") != std::string::npos ||
+        lower.find("timed out") != std::string::npos) {
       COHORT_FAIL(TimeoutError, store + " " + what + ": " + message);
     }
     COHORT_FAIL(Error, store + " " + what + ": " + message);
@@ -56,7 +58,9 @@ auto call_store(const std::string& store, const char* what, Fn&& fn) {
 
 }  // namespace
 
-void set_interpreter_exiting() noexcept { exiting.store(true); }
+void set_interpreter_exiting() noexcept {
+  exiting.store(true);
+}
 
 PythonStore::PythonStore(nb::object store, Milliseconds timeout)
     : Store(timeout), store_(std::move(store)) {
@@ -99,8 +103,8 @@ std::int64_t PythonStore::add(std::string_view key, std::int64_t delta) {
 std::string PythonStore::compare_set(std::string_view key, std::string_view expected,
                                      std::string_view desired) {
   return call_store(name_, "compare_set", [&] {
-    return text_of(store_.attr("compare_set")(std::string(key), bytes_of(expected),
-                                              bytes_of(desired)));
+    return text_of(
+        store_.attr("compare_set")(std::string(key), bytes_of(expected), bytes_of(desired)));
   });
 }
 
@@ -127,6 +131,8 @@ std::unique_ptr<Store> PythonStore::clone() const {
   return std::make_unique<PythonStore>(std::move(copy), timeout());
 }
 
-std::string PythonStore::describe() const { return name_; }
+std::string PythonStore::describe() const {
+  return name_;
+}
 
 }  // namespace cohort::python

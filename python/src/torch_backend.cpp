@@ -25,9 +25,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
 
@@ -70,12 +70,18 @@ struct Reduction {
 
 Reduction reduction_of(const c10d::ReduceOp& op, const char* call) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return {Reduce::sum, false};
-    case c10d::ReduceOp::AVG: return {Reduce::avg, false};
-    case c10d::ReduceOp::MIN: return {Reduce::min, false};
-    case c10d::ReduceOp::MAX: return {Reduce::max, false};
-    case c10d::ReduceOp::PRODUCT: return {Reduce::sum, true};
-    default: break;
+    case c10d::ReduceOp::SUM:
+      return {Reduce::sum, false};
+    case c10d::ReduceOp::AVG:
+      return {Reduce::avg, false};
+    case c10d::ReduceOp::MIN:
+      return {Reduce::min, false};
+    case c10d::ReduceOp::MAX:
+      return {Reduce::max, false};
+    case c10d::ReduceOp::PRODUCT:
+      return {Reduce::sum, true};
+    default:
+      break;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "cohort: ", call, " with ReduceOp ",
                               c10d::ReduceOp::RedOpType(op.op_) == c10d::ReduceOp::PREMUL_SUM
@@ -96,13 +102,20 @@ struct Carriage {
 Carriage carriage_of(const at::Tensor& t, const char* call, bool reducing, Reduction reduction) {
   const auto n = static_cast<std::uint64_t>(t.numel());
   switch (t.scalar_type()) {
-    case at::kFloat: return {f32, n};
-    case at::kDouble: return {f64, n};
-    case at::kHalf: return {f16, n};
-    case at::kBFloat16: return {bf16, n};
-    case at::kInt: return {i32, n};
-    case at::kLong: return {i64, n};
-    case at::kByte: return {u8, n};
+    case at::kFloat:
+      return {f32, n};
+    case at::kDouble:
+      return {f64, n};
+    case at::kHalf:
+      return {f16, n};
+    case at::kBFloat16:
+      return {bf16, n};
+    case at::kInt:
+      return {i32, n};
+    case at::kLong:
+      return {i64, n};
+    case at::kByte:
+      return {u8, n};
     case at::kComplexFloat:
       if (!reducing || reduction.reduce == Reduce::sum || reduction.reduce == Reduce::avg) {
         if (!reduction.product) return {f32, 2 * n};
@@ -246,8 +259,7 @@ class CohortWork final : public c10d::Work {
     }
     lock.unlock();
     // Parts complete in the order they were issued, so the last one's completion is the call's.
-    c10::intrusive_ptr<CohortWork> self =
-        c10::intrusive_ptr<CohortWork>::reclaim_copy(this);
+    c10::intrusive_ptr<CohortWork> self = c10::intrusive_ptr<CohortWork>::reclaim_copy(this);
     parts_.back()->when_done([self](const Outcome& last) {
       self->conclude(last.ok() ? self->outcome_of_parts(-1) : last);
     });
@@ -319,8 +331,10 @@ class CohortWork final : public c10d::Work {
   void block_current_streams() {
     for (const auto& part : parts_) {
       for (const c10::Device& device : cuda_devices_) {
-        const Outcome outcome = part->block_stream(
-            c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+        const Outcome outcome =
+            part->block_stream(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+                                   ->getStream(device)
+                                   .native_handle());
         if (!outcome.ok()) fail(outcome);
       }
     }
@@ -347,8 +361,9 @@ class CohortBackend final : public c10d::Backend {
   bool supportsCoalescing() const override { return true; }
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
   void setTimeout(std::chrono::milliseconds) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "cohort: a group's timeout is fixed when it is made "
-                                       "(init_process_group / new_group timeout=)");
+    TORCH_CHECK_NOT_IMPLEMENTED(false,
+                                "cohort: a group's timeout is fixed when it is made "
+                                "(init_process_group / new_group timeout=)");
   }
   std::string describe() const { return group_->describe(); }
 
@@ -382,8 +397,8 @@ class CohortBackend final : public c10d::Backend {
     const at::Tensor& t = single(tensors, "broadcast");
     check_root(opts.rootRank, "broadcast");
     Plan plan;
-    plan.parts.push_back(
-        issue(Op::broadcast, t, t, Reduce::sum, static_cast<int>(opts.rootRank), "broadcast", false));
+    plan.parts.push_back(issue(Op::broadcast, t, t, Reduce::sum, static_cast<int>(opts.rootRank),
+                               "broadcast", false));
     return finish(c10d::OpType::BROADCAST, std::move(plan), tensors);
   }
 
@@ -429,9 +444,9 @@ class CohortBackend final : public c10d::Backend {
     return all_gather_single(output, input, opts);
   }
 
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
     async_op_ = opts.asyncOp;
     TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                       "cohort: all_gather_coalesced needs one output list per input");
@@ -634,7 +649,8 @@ class CohortBackend final : public c10d::Backend {
    public:
     CoalescedWork(int rank, std::vector<c10::intrusive_ptr<CohortWork>> works,
                   std::vector<at::Tensor> outputs)
-        : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)),
+        : c10d::Work(rank, c10d::OpType::COALESCED),
+          works_(std::move(works)),
           outputs_(std::move(outputs)) {}
     bool isCompleted() override {
       for (auto& w : works_) {
@@ -649,8 +665,8 @@ class CohortBackend final : public c10d::Backend {
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
       if (works_.empty()) {
-        auto future = c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()));
+        auto future =
+            c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
         future->markCompleted(c10::IValue(outputs_));
         return future;
       }
@@ -685,8 +701,8 @@ class CohortBackend final : public c10d::Backend {
   }
 
   const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* call) {
-    TORCH_CHECK_VALUE(tensors.size() == 1, "cohort: ", call,
-                      " takes one tensor per process (got ", tensors.size(), ")");
+    TORCH_CHECK_VALUE(tensors.size() == 1, "cohort: ", call, " takes one tensor per process (got ",
+                      tensors.size(), ")");
     return tensors[0];
   }
 
@@ -701,10 +717,11 @@ class CohortBackend final : public c10d::Backend {
     for (const at::Tensor& t : list) {
       TORCH_CHECK_VALUE(t.numel() == one.numel() && t.scalar_type() == one.scalar_type() &&
                             t.device() == one.device(),
-                        "cohort: ", call, ": every tensor of the list must have the size, dtype "
-                        "and device of the single tensor (", one.sizes(), " ", one.scalar_type(),
-                        " on ", one.device(), "); one is ", t.sizes(), " ", t.scalar_type(),
-                        " on ", t.device());
+                        "cohort: ", call,
+                        ": every tensor of the list must have the size, dtype "
+                        "and device of the single tensor (",
+                        one.sizes(), " ", one.scalar_type(), " on ", one.device(), "); one is ",
+                        t.sizes(), " ", t.scalar_type(), " on ", t.device());
     }
   }
 
@@ -725,8 +742,8 @@ class CohortBackend final : public c10d::Backend {
     const Buffer in = buffer_of(input, call, reducing, reduction);
     const Buffer out = buffer_of(output, call, reducing, reduction);
     std::shared_ptr<PendingWork> work;
-    const Outcome outcome = group_->issue(op, in, out, reduce, root, current_stream(output),
-                                          async_op_, &work);
+    const Outcome outcome =
+        group_->issue(op, in, out, reduce, root, current_stream(output), async_op_, &work);
     if (!outcome.ok()) fail(outcome);
     ++sequence_;
     return work;
@@ -752,8 +769,8 @@ class CohortBackend final : public c10d::Backend {
   void reduce_into(Plan& plan, const at::Tensor& input, const at::Tensor& output,
                    Reduction reduction, const char* call) {
     if (!reduction.product) {
-      plan.parts.push_back(issue(Op::all_reduce, input, output, reduction.reduce, -1, call, true,
-                                 reduction));
+      plan.parts.push_back(
+          issue(Op::all_reduce, input, output, reduction.reduce, -1, call, true, reduction));
       return;
     }
     // PRODUCT: every rank's tensor, multiplied in rank order (Note [Torch tensors as cohort
@@ -771,15 +788,15 @@ class CohortBackend final : public c10d::Backend {
   void scatter_reduce(Plan& plan, const at::Tensor& input, const at::Tensor& output,
                       Reduction reduction, const char* call) {
     if (!reduction.product) {
-      plan.parts.push_back(issue(Op::reduce_scatter, input, output, reduction.reduce, -1, call,
-                                 true, reduction));
+      plan.parts.push_back(
+          issue(Op::reduce_scatter, input, output, reduction.reduce, -1, call, true, reduction));
       return;
     }
     at::Tensor whole = input.clone();
     reduce_into(plan, whole, whole, reduction, call);
     add_finish(plan, output, [whole, output, rank = rank_]() mutable {
-      output.reshape({-1}).copy_(whole.reshape({-1}).narrow(0, rank * output.numel(),
-                                                              output.numel()));
+      output.reshape({-1}).copy_(
+          whole.reshape({-1}).narrow(0, rank * output.numel(), output.numel()));
     });
   }
 

@@ -125,7 +125,9 @@ WorldGroup::~WorldGroup() {
   completer_.reset();  // its callbacks run before the worlds go
 }
 
-std::string WorldGroup::describe() const { return host_.describe(); }
+std::string WorldGroup::describe() const {
+  return host_.describe();
+}
 
 World& WorldGroup::cuda_world(int device) {
   const std::lock_guard<std::mutex> lock(cuda_mutex_);
@@ -139,10 +141,12 @@ World& WorldGroup::cuda_world(int device) {
     cuda_.emplace(init(std::move(cuda)));
   }
   COHORT_EXPECTS(cuda_->device() == Device::cuda(device),
-                 "the buffer is on cuda:" + std::to_string(device) + " but this rank's NCCL "
-                 "communicator works on " + cuda_->device().to_string() +
-                 ": give every collective of a group buffers on this rank's GPU (local rank " +
-                 std::to_string(cuda_->local_rank()) + ")");
+                 "the buffer is on cuda:" + std::to_string(device) +
+                     " but this rank's NCCL "
+                     "communicator works on " +
+                     cuda_->device().to_string() +
+                     ": give every collective of a group buffers on this rank's GPU (local rank " +
+                     std::to_string(cuda_->local_rank()) + ")");
   return *cuda_;
 }
 
@@ -165,9 +169,8 @@ Outcome WorldGroup::issue(Op op, const Buffer& input, const Buffer& output, Redu
     COHORT_EXPECTS(op == Op::barrier || op == Op::broadcast || input.cuda == output.cuda,
                    "input and output must both be host memory or both CUDA memory");
     Communicator& comm = cuda ? cuda_world(output.device).comm() : host_.comm();
-    const std::size_t bytes =
-        std::max(input.count * size_of(static_cast<DType>(input.dtype)),
-                 output.count * size_of(static_cast<DType>(output.dtype)));
+    const std::size_t bytes = std::max(input.count * size_of(static_cast<DType>(input.dtype)),
+                                       output.count * size_of(static_cast<DType>(output.dtype)));
     const Stream stream = cuda ? Stream::wrap_cuda(Device::cuda(output.device), cuda_stream)
                                : host_streams_.choose(bytes, async_op);
     const auto reduce_op = static_cast<ReduceOp>(reduce);

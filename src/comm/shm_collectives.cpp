@@ -89,11 +89,14 @@ std::uint64_t signature_of(const Communicator::Call& call) {
   }
   const bool reduces =
       call.op == CollectiveOp::all_reduce || call.op == CollectiveOp::reduce_scatter;
-  const std::uint64_t root = call.op == CollectiveOp::broadcast ? static_cast<std::uint64_t>(call.root) : 0;
-  const std::uint64_t dtype = call.op == CollectiveOp::barrier ? 0 : static_cast<std::uint64_t>(call.input.dtype());
-  return (static_cast<std::uint64_t>(call.op) << 61) |
-         ((reduces ? static_cast<std::uint64_t>(call.reduce) : 0) << 58) | (dtype << 55) |
-         ((root & 0x7ff) << 44) | (static_cast<std::uint64_t>(count) & ((std::uint64_t{1} << 44) - 1));
+  const std::uint64_t root =
+      call.op == CollectiveOp::broadcast ? static_cast<std::uint64_t>(call.root) : 0;
+  const std::uint64_t dtype =
+      call.op == CollectiveOp::barrier ? 0 : static_cast<std::uint64_t>(call.input.dtype());
+  const std::uint64_t reduce = reduces ? static_cast<std::uint64_t>(call.reduce) : 0;
+  constexpr std::uint64_t kCountMask = (std::uint64_t{1} << 44) - 1;
+  return (static_cast<std::uint64_t>(call.op) << 61) | (reduce << 58) | (dtype << 55) |
+         ((root & 0x7ff) << 44) | (static_cast<std::uint64_t>(count) & kCountMask);
 }
 
 std::string describe_signature(std::uint64_t signature) {

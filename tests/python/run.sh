@@ -9,6 +9,9 @@
 #   tests/python/run.sh BUILD_DIR sharded        # FSDP2 and ZeroRedundancyOptimizer, likewise
 #   tests/python/run.sh BUILD_DIR version_lock   # a cohort built for another torch refuses it
 #   tests/python/run.sh BUILD_DIR faults         # killed, absent and mismatched ranks
+#   tests/python/run.sh BUILD_DIR torch_suite    # PyTorch's distributed_test, collectives on CPU
+#                                                # (about 20 minutes: only with
+#                                                # COHORT_TEST_TORCH_SUITE=1; report in BUILD_DIR)
 #
 # The package is built by pip from this checkout, in the virtual environment scripts/test.sh
 # prepares (build/torch-venv, with PyTorch from PyPI), and installed into a folder of the build
@@ -88,6 +91,18 @@ case "$test" in
     ;;
   faults)
     "$python" "$here/test_faults.py"
+    ;;
+  torch_suite)
+    if [ "${COHORT_TEST_TORCH_SUITE:-0}" != 1 ]; then
+      echo "skipped: PyTorch's distributed_test takes about 20 minutes here; run it with" \
+           "COHORT_TEST_TORCH_SUITE=1 (ctest -R python.torch_suite)"
+      exit 77
+    fi
+    # The suite's own helpers import expecttest.
+    "$python" -c 'import expecttest' 2>/dev/null || "$python" -m pip install -q expecttest
+    PYTHONPATH="$site:$here/suite" "$python" "$here/torch_suite.py" \
+      "$build_dir/torch-suite-report.tsv" \
+      '^test_(all_reduce|broadcast|all_gather|reduce_scatter|barrier|reduce_|gather|scatter|allgather|all_to_all|send_recv|isend|irecv|batch_isend|sparse_all|backend|destroy|get_rank|get_backend|new_group)' 2
     ;;
   *)
     echo "unknown test '$test' (see the top of $0)" >&2
