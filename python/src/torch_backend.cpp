@@ -448,14 +448,26 @@ class CohortBackend final : public c10d::Backend {
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
     async_op_ = opts.asyncOp;
-    TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
-                      "cohort: all_gather_coalesced needs one output list per input");
+    // outputs[r][i] receives rank r's inputs[i].
+    TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size_,
+                      "cohort: all_gather_coalesced needs one output list per rank (", size_,
+                      "), got ", outputs.size());
     Plan plan;
     std::vector<at::Tensor> all;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      check_list(outputs[i], inputs[i], "all_gather_coalesced");
-      gather_into_list(plan, inputs[i], outputs[i], "all_gather_coalesced");
-      all.insert(all.end(), outputs[i].begin(), outputs[i].end());
+      std::vector<at::Tensor> list;
+      for (const auto& rank_outputs : outputs) {
+        TORCH_CHECK_VALUE(rank_outputs.size() == inputs.size(),
+                          "cohort: all_gather_coalesced needs, for each rank, one output per "
+                          "input (",
+                          inputs.size(), "), got ", rank_outputs.size());
+        list.push_back(rank_outputs[i]);
+      }
+      check_list(list, inputs[i], "all_gather_coalesced");
+      gather_into_list(plan, inputs[i], list, "all_gather_coalesced");
+    }
+    for (const auto& rank_outputs : outputs) {
+      all.insert(all.end(), rank_outputs.begin(), rank_outputs.end());
     }
     return finish(c10d::OpType::ALLGATHER_COALESCED, std::move(plan), all);
   }

@@ -74,6 +74,11 @@ def main():
     flat = torch.zeros(2 * n, dtype=torch.float64)
     dist.all_gather_into_tensor(flat, torch.full((2,), float(r), dtype=torch.float64))
     assert flat.tolist() == [float(i) for i in range(n) for _ in range(2)], flat
+    ins = [torch.full((2,), float(r)), torch.full((3,), 10.0 + r)]
+    outs = [[torch.zeros(2), torch.zeros(3)] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    assert all(outs[q][0].tolist() == [float(q)] * 2 and outs[q][1].tolist() == [10.0 + q] * 3
+               for q in range(n)), outs
     objects = [None] * n
     dist.all_gather_object(objects, {"rank": r})
     assert objects == [{"rank": i} for i in range(n)], objects

@@ -69,8 +69,11 @@ def main():
 
         def _line(self, test, outcome, reason=""):
             reason = " ".join(str(reason).split())[:300]
-            self.lines.append(f"{test._testMethodName}\t{outcome}\t"
-                              f"{time.monotonic() - self.started:.1f}s\t{reason}")
+            line = (f"{test._testMethodName}\t{outcome}\t"
+                    f"{time.monotonic() - self.started:.1f}s\t{reason}")
+            self.lines.append(line)
+            with open(report + ".partial", "a") as partial:  # as it goes, for a run cut short
+                partial.write(line + "\n")
 
         def addSuccess(self, test):
             super().addSuccess(test)
