@@ -197,22 +197,8 @@ double expected(cohort::ReduceOp op, int ranks, std::size_t i) {
   return 0.0;
 }
 
-template <typename T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
+using cohort::from_double;
+using cohort::to_double;
 
 std::vector<std::byte> pattern(cohort::DType dtype, int rank, std::size_t count) {
   std::vector<std::byte> bytes(count * cohort::size_of(dtype));
@@ -598,7 +584,7 @@ int main(int argc, char** argv) {
     if (options.transport == "gloo") world_options.host_transport = cohort::HostTransport::gloo;
     if (options.transport == "auto") world_options.host_transport = cohort::HostTransport::automatic;
     if (options.ranks > 0) {
-      world_options.backend = cohort::BackendChoice::gloo;
+      world_options.backend = cohort::BackendChoice::host;
       cohort::run_local(options.ranks, [&](cohort::World& world) {
         const int rank_status = run(world, options);
         if (world.rank() == 0) status = rank_status;

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       save_call, first_plain, first_saving, save_steps, plain_read_all;
   std::size_t checkpoint_bytes = 0;
   cohort::WorldOptions world_options;
-  world_options.backend = cohort::BackendChoice::gloo;
+  world_options.backend = cohort::BackendChoice::host;
   if (gpu) {
 #ifdef COHORT_CHECKPOINT_BENCH_GPU
     const int devices = cohort::cuda_device_count();

@@ -66,7 +66,7 @@ Result measure(std::size_t bytes, std::size_t tensors, int repetitions) {
   result.model_bytes = bytes;
   result.tensors = tensors;
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   cohort::run_local(
       kRanks,
       [&](cohort::World& world) {

@@ -26,9 +26,9 @@
 #include <vector>
 
 #if COHORT_WITH_CUDA
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/memory/buffer.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/managed.hpp>
 
 #include <cuda_runtime_api.h>

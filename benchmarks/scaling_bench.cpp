@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
     cohort::WorldOptions world_options;
     int ranks = options.ranks;
     if (ranks > 0) {
-      world_options.backend = cohort::BackendChoice::gloo;
+      world_options.backend = cohort::BackendChoice::host;
     } else {
       ranks = cohort::cuda_device_count() > 0 ? cohort::cuda_device_count() : 4;
     }

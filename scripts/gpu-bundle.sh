@@ -34,9 +34,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Libraries a GPU machine provides: the driver, CUDA runtime libraries, NCCL, cuBLAS, cuDNN, and
-# the C and C++ runtimes. Anything else must resolve inside the bundle.
-provided_pattern='^(linux-vdso\.so|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcudart\.so|libcudadevrt|libnvrtc|libnvJitLink|libcupti|libnccl\.so|libcublas\.so|libcublasLt\.so|libcudnn)'
+# Libraries a GPU machine provides (cohort_provided_libraries in scripts/lib/common.sh). Anything
+# else must resolve inside the bundle.
+provided_pattern=$cohort_provided_libraries
 
 # check_bundle DIR: ldd over every ELF in the bundle; prints and counts what resolves outside.
 # Packed libraries (lib/*.xz) are checked unpacked, in a copy of the bundle.

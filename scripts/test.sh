@@ -23,6 +23,11 @@
 #   default elsewhere): the asan preset (AddressSanitizer + UndefinedBehaviorSanitizer) and the
 #   tsan preset (ThreadSanitizer): ASan over the unit, multirank, fault, ddp and optim labels,
 #   TSan over its subset, the tests labelled `tsan` (docs/reliability.md, "Sanitizers").
+# - containers, in CI or with COHORT_TEST_CONTAINERS=1 (`only`: the host-only build and this stage
+#   alone): builds the Dockerfile's host flavor with podman on a Debian base it makes with
+#   debootstrap (beside the first build), and runs cohort in it (tests/containers/containers.sh;
+#   docs/cloud.md). Installs podman, runc and debootstrap; skipped, with the reason, where they,
+#   root or a container runtime are missing.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
@@ -34,9 +39,20 @@ case $sanitizers in
      exit 2 ;;
 esac
 fuzz=${COHORT_TEST_FUZZ:-$([ "$ci" = true ] && echo 1 || echo 0)}
+containers=${COHORT_TEST_CONTAINERS:-$([ "$ci" = true ] && echo 1 || echo 0)}
+case $containers in
+  0 | 1 | only) ;;
+  *) echo "cohort: COHORT_TEST_CONTAINERS='$containers' is not one of 1, only, 0" >&2
+     exit 2 ;;
+esac
 
 ensure_packages
 ensure_munge_key
+# The containers stage's packages, only where that stage runs (its tests skip without them).
+containers_installed=0
+if [ "$containers" != 0 ] && (ensure_packages podman runc debootstrap); then
+  containers_installed=1
+fi
 find_cuda
 preset=$(choose_preset ci)
 # (run_stage runs it in a context where set -e does not apply: every step checks itself.)
@@ -53,6 +69,46 @@ run_tsan() {
   cmake --preset tsan -S "$cohort_root" >/dev/null || return 1
   cmake --build --preset tsan -j "$(nproc)" --target tsan_tests || return 1
   (cd "$cohort_root" && ctest --preset tsan -j "$(nproc)" -E "$(tsan_excluded_tests)")
+}
+# The container image: podman builds the Dockerfile's host flavor (through ccache, from the
+# objects of the host-only build) and the tests run it, comparing with the host-only build's
+# train_mlp (built here when the host-only stage did not run). Exit status 77 of the tests is a
+# skip; they print why.
+build_for_containers() {
+  cmake --preset host-only -S "$cohort_root" >/dev/null &&
+    cmake --build --preset host-only -j "$(nproc)" --target train_mlp cohortrun
+}
+containers_test="$cohort_root/tests/containers/containers.sh"
+# The Debian base image's tarball (debootstrap: mostly downloading and unpacking, about 30 s to 3
+# minutes here) is made beside the first build, and the stage waits for it.
+base_pid=""
+base_log="$cohort_root/build/containers-base.log"
+start_container_base() {
+  [ "$containers_installed" = 1 ] || return 0
+  mkdir -p "$cohort_root/build"
+  bash "$containers_test" "$cohort_root" "$cohort_root/build/host-only" --base-only \
+    >"$base_log" 2>&1 &
+  base_pid=$!
+}
+run_containers() {
+  echo "cohort: building the container image and running cohort in it (tests/containers/containers.sh)"
+  if [ "$containers_installed" != 1 ]; then
+    echo "cohort: stage 'containers' skipped: podman, runc and debootstrap cannot be installed here"
+    return 0
+  fi
+  if [ -n "$base_pid" ]; then
+    wait "$base_pid" || true  # on failure, the tests make it again and say why
+    base_pid=""
+    sed 's/^/cohort: beside the builds: /' "$base_log"
+  fi
+  build_for_containers >/dev/null || return 1
+  local status=0
+  bash "$containers_test" "$cohort_root" "$cohort_root/build/host-only" || status=$?
+  if [ $status -eq 77 ]; then
+    echo "cohort: stage 'containers' skipped (the reason is above)"
+    return 0
+  fi
+  return $status
 }
 # PyTorch from PyPI for the torchrun launch test and the TorchStore tests (build/torch-venv, once
 # for every preset); without it those tests skip and say why.
@@ -75,8 +131,14 @@ wait_for_torch() {
   torch_pid=""
   cat "$torch_log"
 }
-if [ $# -eq 0 ]; then
+if [ $# -eq 0 ] && [ "$containers" = only ]; then
+  start_container_base
+  run_stage "host-only build" build_for_containers
+  run_stage "containers" run_containers
+  print_stage_times
+elif [ $# -eq 0 ]; then
   start_torch
+  [ "$containers" = 0 ] || start_container_base
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
     # The CUDA build runs the tests of the code it compiles differently (cuda_stage_labels in
@@ -97,6 +159,9 @@ if [ $# -eq 0 ]; then
   fi
   if [ "$fuzz" = 1 ]; then
     run_stage "fuzz" run_fuzzers "${COHORT_FUZZ_SECONDS:-10}"
+  fi
+  if [ "$containers" = 1 ]; then
+    run_stage "containers" run_containers
   fi
   print_stage_times
 else

@@ -217,7 +217,7 @@ cohort::World sub_world(cohort::World& parent, int k, const std::string& scope) 
   launch.store_is_external = true;
   cohort::WorldOptions options;
   options.backend = parent.backend() == cohort::Backend::nccl ? cohort::BackendChoice::nccl
-                                                              : cohort::BackendChoice::gloo;
+                                                              : cohort::BackendChoice::host;
   options.timeout = parent.timeout();
   options.launch = launch;
   options.ranks_per_node = parent.local_world_size();

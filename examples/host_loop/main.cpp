@@ -45,7 +45,7 @@ std::size_t sample(std::size_t s, std::vector<float>& x) {
 int main() try {
   // Host ranks: this program computes on the CPU, even on a machine with GPUs.
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   cohort::World world = cohort::init(options);
   cohort::ParamRegistry params;  // in forward order
   const auto w1 = params.add("fc1.weight", {kHidden, kIn});
@@ -137,5 +137,5 @@ int main() try {
   return agree && learned ? 0 : 1;
 } catch (const std::exception& error) {
   std::fprintf(stderr, "host_loop: %s\n", error.what());
-  return 1;
+  return cohort::exit_status_for(error);  // 78 when a restart cannot fix it, else 1
 }

@@ -3,6 +3,7 @@
 #include "cli.hpp"
 #include "memory_plan.hpp"
 
+#include <cohort/checkpoint/exit_status.hpp>
 #include <cohort/checkpoint/preemption.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/launch/launch_info.hpp>
@@ -110,7 +111,7 @@ int run_cli(int argc, char** argv, Model model) {
 
     TrainResult result;
     cohort::WorldOptions world_options;
-    if (host) world_options.backend = cohort::BackendChoice::gloo;
+    if (host) world_options.backend = cohort::BackendChoice::host;
     if (ranks > 0) {
       cohort::run_local(ranks, [&](cohort::World& world) {
         TrainResult mine = train(world, options, stdout);
@@ -135,7 +136,7 @@ int run_cli(int argc, char** argv, Model model) {
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s: %s\n", name, error.what());
     cohort::record_failure(std::string(name) + ": " + error.what());  // torchrun's summary
-    return 1;
+    return cohort::exit_status_for(error);  // 78 when a restart cannot fix it (exit_status.hpp)
   }
 }
 

@@ -165,10 +165,8 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   std::unique_ptr<cohort::PreemptionWatch> preemption;
   int first_step = 0;
   const std::string blob = "seed=" + std::to_string(options.seed);
-  auto state_now = [&](int step) {
-    const cohort::SamplerPosition position = sampler.position();
-    return cohort::TrainingState{step, position.epoch, position.step * sampler.global_batch(), blob};
-  };
+  // The state after `steps` steps: the sampler then stands at the next step's batch.
+  auto state_after = [&](int steps) { return cohort::TrainingState::at(steps, sampler, blob); };
   if (!options.checkpoint_dir.empty()) {
     checkpoints = std::make_unique<cohort::Checkpointer>(
         dp, optimizer.get(),
@@ -182,7 +180,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                          loaded->user_blob + ", not --seed " + std::to_string(options.seed));
       first_step = static_cast<int>(loaded->step);
       result.resumed_from = first_step;
-      sampler.seek({loaded->epoch, loaded->data_position / sampler.global_batch()});
+      loaded->seek(sampler);
       if (log != nullptr) {
         std::fprintf(log, "%s: resumed from step %d (%s)\n", program_name(options.model),
                      first_step, options.checkpoint_dir.c_str());
@@ -203,16 +201,6 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
       stream.synchronize();
       start = Clock::now();
     }
-    if (preemption && preemption->agreed()) {
-      checkpoints->save(state_now(step));
-      result.preempted = true;
-      if (log != nullptr) {
-        std::fprintf(log, "%s: preempted; saved step %d and stopped\n", program_name(options.model),
-                     step);
-        std::fflush(log);
-      }
-      return result;
-    }
     const cohort::SampledBatch batch = sampler.next_batch();
     sampler.gather(batch, view_of<float>(train_x_dev, train_x.size(), math), features,
                    view_of<float>(batch_x, batch.size * features, math));
@@ -226,9 +214,20 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
     dp.sync_grads();
     optimizer->step();
     ++window_steps;
+    // After the step, as docs/checkpoint.md does: the state saved is the one after it.
+    if (preemption && step + 1 < options.steps && preemption->agreed()) {
+      checkpoints->save(state_after(step + 1));
+      result.preempted = true;
+      if (log != nullptr) {
+        std::fprintf(log, "%s: preempted; saved step %d and stopped\n", program_name(options.model),
+                     step + 1);
+        std::fflush(log);
+      }
+      return result;
+    }
     if (checkpoints && options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0 &&
         step + 1 < options.steps) {
-      checkpoints->save_async(state_now(step + 1));
+      checkpoints->save_async(state_after(step + 1));
     }
     const bool last = step + 1 == options.steps;
     if (last || (options.log_every > 0 && (step + 1) % options.log_every == 0)) {
@@ -251,7 +250,7 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
       window_steps = 0;
     }
   }
-  if (checkpoints) checkpoints->save(state_now(options.steps));
+  if (checkpoints) checkpoints->save(state_after(options.steps));
   stream.synchronize();
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.samples_per_second =

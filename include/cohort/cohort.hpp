@@ -4,11 +4,13 @@
 /// Everything in cohort's public API. Include what you use instead where compile time matters.
 
 #include <cohort/core/device.hpp>
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/dtype.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/launch/file_store.hpp>
 #include <cohort/launch/launch_info.hpp>
 #include <cohort/launch/memory_store.hpp>
@@ -22,7 +24,6 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/host_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/limit_adaptor.hpp>
@@ -35,6 +36,7 @@
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/param_registry.hpp>
+#include <cohort/ddp/rank_agreement.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/clip.hpp>
 #include <cohort/optim/loss_scaler.hpp>
@@ -45,6 +47,7 @@
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/checkpoint/checksum.hpp>
+#include <cohort/checkpoint/exit_status.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/checkpoint/preemption.hpp>
 #include <cohort/data/distributed_sampler.hpp>

@@ -318,7 +318,7 @@ PyWorld init_world(nb::handle timeout, const std::string& backend,
   } else if (backend == "nccl") {
     options.backend = BackendChoice::nccl;
   } else if (backend == "host" || backend == "gloo") {
-    options.backend = BackendChoice::gloo;
+    options.backend = BackendChoice::host;
   } else {
     throw nb::value_error(("cohort.init: backend '" + backend +
                            "' is not one of 'auto' (NCCL when this process sees a GPU), 'nccl', "

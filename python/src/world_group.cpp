@@ -116,7 +116,7 @@ WorldGroup::WorldGroup(WorldOptions options)
     : options_(options),
       host_([&] {
         WorldOptions host = options;
-        host.backend = BackendChoice::gloo;
+        host.backend = BackendChoice::host;
         return init(std::move(host));
       }()),
       host_streams_() {}

@@ -13,6 +13,12 @@ cohort_packages=(
   slurmctld slurmd slurm-client munge
 )
 
+# The shared libraries a GPU machine provides, as a regex over their file names: the driver, the
+# CUDA runtime libraries, NCCL, cuBLAS, cuDNN, and the C and C++ runtimes. The GPU bundle
+# (scripts/gpu-bundle.sh) and the container image (scripts/container-build.sh) carry every other
+# library their programs load; NVIDIA's CUDA runtime images have these.
+cohort_provided_libraries='^(linux-vdso\.so|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcudart\.so|libcudadevrt|libnvrtc|libnvJitLink|libcupti|libnccl\.so|libcublas\.so|libcublasLt\.so|libcudnn)'
+
 # Installs whichever of the given packages (default: cohort_packages) are missing. Idempotent:
 # does nothing when all are there.
 ensure_packages() {

@@ -12,13 +12,17 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <source_location>
 
 namespace cohort::detail {
 namespace {
 
-[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int error) {
-  throw CheckpointError("cohort: checkpoint file " + path.string() + ": " + what + ": " +
-                        std::strerror(error));
+/// Throws "checkpoint file <path>: <what>: <the system's reason>", with the caller's file and line.
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int error,
+                       std::source_location at = std::source_location::current()) {
+  detail::throw_error<CheckpointError>(
+      "checkpoint file " + path.string() + ": " + what + ": " + std::strerror(error),
+      at.file_name(), static_cast<int>(at.line()));
 }
 
 /// Closes a file descriptor when it goes out of scope.
@@ -48,7 +52,7 @@ constexpr const char* kNamePrefix = "step-";
 
 // Note [Checkpoint direct I/O]
 // A rank's file is written in chunks of kWriteChunk, each checksummed by the writer while it is
-// in cache (Note [Checkpoint in place] in checkpoint.cpp), so its bytes are read from memory once.
+// in cache (Note [Checkpoint in place] in snapshot.cpp), so its bytes are read from memory once.
 // With `around_cache` the file is opened with O_DIRECT and each aligned chunk goes straight from
 // the writer's memory (a bounce buffer, or staging) to the disk: the kernel does not copy the
 // bytes into the page cache first, which was the largest CPU cost of a save (more than the
@@ -167,9 +171,9 @@ std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t o
       fail(path, "cannot read", errno);
     }
     if (count == 0) {
-      throw CheckpointError("cohort: checkpoint file " + path.string() + " ends at byte " +
-                            std::to_string(offset) + ", before the data the manifest lists: it is "
-                            "truncated");
+      COHORT_FAIL(CheckpointError, "checkpoint file " + path.string() + " ends at byte " +
+                                       std::to_string(offset) +
+                                       ", before the data the manifest lists: it is truncated");
     }
     checksum.update(next, static_cast<std::size_t>(count));
     next += count;

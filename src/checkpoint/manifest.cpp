@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <source_location>
 #include <string>
 
 namespace cohort {
@@ -15,8 +16,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-[[noreturn]] void fail(const std::string& what) {
-  throw CheckpointError("cohort: malformed checkpoint manifest: " + what);
+/// Throws "malformed checkpoint manifest: <what>", with the caller's file and line.
+[[noreturn]] void fail(const std::string& what,
+                       std::source_location at = std::source_location::current()) {
+  detail::throw_error<CheckpointError>("malformed checkpoint manifest: " + what, at.file_name(),
+                                       static_cast<int>(at.line()));
 }
 
 const Json& field(const Json& object, const char* name, const std::string& where) {
@@ -176,10 +180,10 @@ Manifest parse_manifest(std::string_view text) {
   Manifest manifest;
   const std::int64_t format = signed_field(root, "format_version", top);
   if (format < 1 || format > kCheckpointFormatVersion) {
-    throw CheckpointError("cohort: checkpoint format version " + std::to_string(format) +
-                          " is not one this cohort reads (1 to " +
-                          std::to_string(kCheckpointFormatVersion) +
-                          "): load it with a newer cohort");
+    COHORT_FAIL(CheckpointError, "checkpoint format version " + std::to_string(format) +
+                                     " is not one this cohort reads (1 to " +
+                                     std::to_string(kCheckpointFormatVersion) +
+                                     "): load it with a newer cohort");
   }
   manifest.format_version = static_cast<int>(format);
   manifest.cohort_version = string_field(root, "cohort_version", top);

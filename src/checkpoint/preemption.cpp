@@ -1,6 +1,7 @@
 #include <cohort/checkpoint/preemption.hpp>
 
-#include "../optim/state_memory.hpp"
+#include <cohort/memory/detail/state_resource.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #include <signal.h>
 
@@ -30,6 +31,14 @@ void install_preemption_handlers() {
     action.sa_flags = SA_RESTART;
     ::sigaction(SIGTERM, &action, nullptr);
     ::sigaction(SIGUSR1, &action, nullptr);
+    // The first SIGINT is a request to save, the second Ctrl-C's usual "stop now": SA_RESETHAND
+    // puts the default action back as the first arrives (Note [Preemption signals]).
+    struct sigaction previous {};
+    ::sigaction(SIGINT, nullptr, &previous);
+    if (previous.sa_handler != SIG_IGN) {
+      action.sa_flags = static_cast<int>(SA_RESTART | SA_RESETHAND);
+      ::sigaction(SIGINT, &action, nullptr);
+    }
   });
 }
 

@@ -1,6 +1,6 @@
-#include "comm_context.hpp"
-#include "watchdog.hpp"
-#include "work_state.hpp"
+#include "comm/context.hpp"
+#include "comm/watchdog.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/env.hpp>
@@ -87,8 +87,9 @@ void check_same_call_everywhere(detail::CommContext& context, const CollectiveRe
 Work Communicator::issue(const Call& call, const Stream& stream) {
   detail::CommContext& context = *context_;
   COHORT_CHECK(!context.aborted(), Error,
-               context.describe() + " was aborted and cannot run collectives: " +
-                   context.abort_reason());
+               "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
+                   std::string(to_string(call.op)) + " on " + context.describe() +
+                   " cannot run: the communicator was aborted: " + context.abort_reason());
   COHORT_EXPECTS(stream.device() == context.device,
                  "the stream is on " + stream.device().to_string() + " but " +
                      context.describe() + " works on " + context.device.to_string());
@@ -157,7 +158,9 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
   const auto now = detail::WorkState::Clock::now();
   context.issued.store(record.sequence);
   context.recorder->issued(record, now);
-  auto work = std::make_shared<detail::WorkState>(record, now + context.timeout(), context.recorder);
+  // Note [One clock for a collective] (work.cpp): the work and its recorder entry share `now`.
+  auto work =
+      std::make_shared<detail::WorkState>(record, now, now + context.timeout(), context.recorder);
   // Tracked before the backend sees it: a collective stuck inside the backend's enqueue is then
   // failed by the watchdog at its deadline like any other (Note [NCCL communicators]).
   context.track(work);

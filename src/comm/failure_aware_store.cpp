@@ -1,8 +1,8 @@
-#include "failure_aware_store.hpp"
+#include "comm/failure_aware_store.hpp"
 
-#include "../launch/store_detail.hpp"
-
+#include <cohort/core/detail/deadline.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/launch/detail/store_messages.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -26,56 +26,42 @@ bool publish_world_failure(Store& world_store, const std::string& message) noexc
 }
 
 FailureAwareStore::FailureAwareStore(std::shared_ptr<Store> base, int rank)
-    : base_(std::move(base)), rank_(rank) {
-  COHORT_EXPECTS(base_ != nullptr, "FailureAwareStore needs a base store");
-  set_timeout(base_->timeout());
-}
+    : ForwardingStore(std::move(base), "FailureAwareStore"), rank_(rank) {}
 
 void FailureAwareStore::throw_if_failed(const std::vector<std::string>& keys) {
-  if (!base_->check({kWorldFailureKey})) return;
+  if (!base()->check({kWorldFailureKey})) return;
   std::string waited_for;
   for (const auto& key : keys) waited_for += (waited_for.empty() ? "" : ", ") + quote_bytes(key);
   COHORT_FAIL(Error, "rank " + std::to_string(rank_) + " stopped waiting for " + waited_for +
-                         " in " + base_->describe() + ": another rank failed: " +
-                         base_->get(kWorldFailureKey, kSlice));
+                         " in " + base()->describe() + ": another rank failed: " +
+                         base()->get(kWorldFailureKey, kSlice));
 }
 
 std::string FailureAwareStore::get(std::string_view key, Milliseconds timeout) {
   const std::vector<std::string> keys{std::string(key)};
   return in_slices(
-      timeout, kSlice, [&](Milliseconds slice) { return base_->get(key, slice); },
+      timeout, kSlice, [&](Milliseconds slice) { return base()->get(key, slice); },
       [&] { throw_if_failed(keys); },
-      [&] { COHORT_FAIL(TimeoutError, timeout_message(base_->describe(), keys, timeout)); });
+      [&] { COHORT_FAIL(TimeoutError, timeout_message(base()->describe(), keys, timeout)); });
 }
 
 void FailureAwareStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   in_slices(
-      timeout, kSlice, [&](Milliseconds slice) { base_->wait(keys, slice); },
+      timeout, kSlice, [&](Milliseconds slice) { base()->wait(keys, slice); },
       [&] { throw_if_failed(keys); },
       [&] {
         std::vector<std::string> missing;
         for (const auto& key : keys) {
-          if (!base_->check({key})) missing.push_back(key);
+          if (!base()->check({key})) missing.push_back(key);
         }
-        COHORT_FAIL(TimeoutError, timeout_message(base_->describe(), missing, timeout));
+        COHORT_FAIL(TimeoutError, timeout_message(base()->describe(), missing, timeout));
       });
 }
 
-void FailureAwareStore::set(std::string_view key, std::string_view value) { base_->set(key, value); }
-bool FailureAwareStore::check(const std::vector<std::string>& keys) { return base_->check(keys); }
-std::int64_t FailureAwareStore::add(std::string_view key, std::int64_t delta) {
-  return base_->add(key, delta);
-}
-std::string FailureAwareStore::compare_set(std::string_view key, std::string_view expected,
-                                           std::string_view desired) {
-  return base_->compare_set(key, expected, desired);
-}
-bool FailureAwareStore::remove(std::string_view key) { return base_->remove(key); }
 std::unique_ptr<Store> FailureAwareStore::clone() const {
-  auto copy = std::make_unique<FailureAwareStore>(std::shared_ptr<Store>(base_->clone()), rank_);
+  auto copy = std::make_unique<FailureAwareStore>(std::shared_ptr<Store>(base()->clone()), rank_);
   copy->set_timeout(timeout());
   return copy;
 }
-std::string FailureAwareStore::describe() const { return base_->describe(); }
 
 }  // namespace cohort::detail

@@ -23,21 +23,14 @@ inline constexpr const char* kWorldFailureKey = "failure";
 /// Returns false, without throwing, when the store cannot be reached.
 bool publish_world_failure(Store& world_store, const std::string& message) noexcept;
 
-class FailureAwareStore final : public Store {
+class FailureAwareStore final : public ForwardingStore {
  public:
   /// `base` is the world's scoped store; `rank` names this rank in messages.
   FailureAwareStore(std::shared_ptr<Store> base, int rank);
 
-  void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key, Milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, Milliseconds timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
-  std::int64_t add(std::string_view key, std::int64_t delta) override;
-  std::string compare_set(std::string_view key, std::string_view expected,
-                          std::string_view desired) override;
-  bool remove(std::string_view key) override;
   std::unique_ptr<Store> clone() const override;
-  std::string describe() const override;
   using Store::get;
   using Store::wait;
 
@@ -45,7 +38,6 @@ class FailureAwareStore final : public Store {
   /// Throws Error with the published failure when there is one.
   void throw_if_failed(const std::vector<std::string>& keys);
 
-  std::shared_ptr<Store> base_;
   int rank_;
 };
 

@@ -1,4 +1,4 @@
-#include "flight_recorder.hpp"
+#include "comm/flight_recorder.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -27,8 +27,7 @@ void FlightRecorder::finished(std::uint64_t sequence, CollectiveRecord::State st
   }
 }
 
-std::vector<CollectiveRecord> FlightRecorder::snapshot() const {
-  const auto now = Clock::now();
+std::vector<CollectiveRecord> FlightRecorder::snapshot(Clock::time_point now) const {
   std::vector<CollectiveRecord> records;
   const std::lock_guard<std::mutex> lock(mutex_);
   for (const Entry& entry : entries_) {
@@ -48,9 +47,9 @@ std::vector<CollectiveRecord> FlightRecorder::snapshot() const {
   return records;
 }
 
-std::string FlightRecorder::dump(const std::string& indent) const {
+std::string FlightRecorder::dump(Clock::time_point now, const std::string& indent) const {
   std::string text;
-  for (const auto& record : snapshot()) {
+  for (const auto& record : snapshot(now)) {
     text += indent + record.describe() + "\n";
   }
   return text.empty() ? indent + "(none)\n" : text;

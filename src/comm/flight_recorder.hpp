@@ -2,8 +2,11 @@
 
 // Note [Flight recorder]
 // Each communicator keeps its last kCapacity collectives in a ring: what was issued, how big, and
-// whether and how fast it finished. A timeout or failure prints it, so the error shows what the
-// rank was doing, not only the operation that failed.
+// whether and how fast it finished. At a rank's first failure the watchdog writes every
+// communicator's record to one file (Note [One report per failure] in watchdog.cpp), whose path
+// the error gives, so the error shows what the rank was doing without carrying it. Every age and
+// duration in it is measured from one clock reading per event (Note [One clock for a
+// collective] in work.cpp).
 
 #include <cohort/comm/communicator.hpp>
 
@@ -27,11 +30,12 @@ class FlightRecorder {
   /// The highest sequence number that has finished (completed or failed).
   std::uint64_t last_finished() const noexcept { return last_finished_.load(); }
 
-  /// Oldest first, with ages computed now.
-  std::vector<CollectiveRecord> snapshot() const;
+  /// Oldest first, with ages as of `now`.
+  std::vector<CollectiveRecord> snapshot(Clock::time_point now) const;
+  std::vector<CollectiveRecord> snapshot() const { return snapshot(Clock::now()); }
 
-  /// The snapshot, one collective a line, each line indented by `indent`.
-  std::string dump(const std::string& indent = "  ") const;
+  /// The snapshot as of `now`, one collective a line, each line indented by `indent`.
+  std::string dump(Clock::time_point now, const std::string& indent = "  ") const;
 
  private:
   struct Entry {

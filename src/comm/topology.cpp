@@ -1,4 +1,4 @@
-#include "topology.hpp"
+#include "comm/topology.hpp"
 
 #include <cohort/core/error.hpp>
 

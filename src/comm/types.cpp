@@ -70,7 +70,7 @@ std::string CollectiveRecord::describe() const {
       break;
     }
     case State::failed:
-      out << ": failed";
+      out << ": failed after " << static_cast<long long>(duration_ms) << " ms";
       break;
   }
   return out.str();

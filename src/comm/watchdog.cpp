@@ -1,12 +1,19 @@
-#include "watchdog.hpp"
+#include "comm/watchdog.hpp"
 
-#include "failure_aware_store.hpp"
+#include "comm/failure_aware_store.hpp"
 
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -22,6 +29,84 @@ constexpr auto kPeerCheckEvery = std::chrono::milliseconds(100);
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(1000);
 constexpr const char* kProgressRequestKey = "progress_request";
 
+/// Note [One report per failure]: `$TMPDIR/cohort-<run id>/rank<R>-pid<P>.collectives.txt`.
+/// The pid tells apart the attempts of one run under restarts, and processes whose ranks are
+/// threads (run_local) under one run id.
+std::string report_file(const std::string& run_id, int rank) {
+  std::string folder = "cohort-";
+  for (const char c : run_id.empty() ? std::string("run") : run_id) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
+    folder += plain ? c : '_';
+  }
+  const std::filesystem::path root(env::text(env::kTmpDir).value_or("/tmp"));
+  return (root / folder /
+          ("rank" + std::to_string(rank) + "-pid" + std::to_string(::getpid()) +
+           ".collectives.txt"))
+      .string();
+}
+
+}  // namespace
+
+void publish_progress(CommContext& context) noexcept {
+  const auto watchdog = context.watchdog.lock();
+  write_progress(context, watchdog ? watchdog->answered_request() : 0);
+}
+
+// Note [One report per failure]
+// One rank's failure used to flood every log: a killed rank of four gave 1,265 lines, each
+// surviving rank printing the failure about six times (an error, a warning for each communicator
+// it aborted, a warning for each block of memory and each stream freed while unwinding) and each
+// copy of the error carrying the 64 collectives of the flight recorder. Now each rank reports one
+// failure once:
+// - the error of a failed collective is a few lines: the rank, the collective and how long it
+//   ran, the communicator, the cause and which ranks it waited for (diagnose_stragglers), then
+//   where this rank's recent collectives are, then what to check;
+// - the recent collectives of every communicator of the rank go to one file, written once, at
+//   the rank's first failure, as of the instant of that failure
+//   ($TMPDIR/cohort-<run id>/rank<R>-pid<P>.collectives.txt; Watchdog::write_report);
+// - the rank's first failure is logged once, as an error where this rank saw it fail and as a
+//   warning where it learnt of another rank's; the aborts that follow from it, and later
+//   failures, are logged at debug level only (CommContext::abort's `reported`), and so are the
+//   stream failures that memory and DataParallel meet while the error unwinds.
+// tests/comm/test_comm_failure_report.cpp holds a SIGKILL of one rank of four to 60 lines.
+
+namespace {
+
+/// `cause` without the "cohort: " that begins every cohort error, which inside another error
+/// only repeats itself.
+std::string without_prefix(const std::string& cause) {
+  constexpr std::string_view kPrefix = "cohort: ";
+  return cause.starts_with(kPrefix) ? cause.substr(kPrefix.size()) : cause;
+}
+
+/// `work` as failed at `now` (Note [One clock for a collective]).
+CollectiveRecord failed_at(WorkState& work, Clock::time_point now) {
+  CollectiveRecord record = work.record_at(now);
+  record.state = CollectiveRecord::State::failed;
+  record.duration_ms = std::chrono::duration<double, std::milli>(now - work.issued_at()).count();
+  return record;
+}
+
+/// `text` as a finished sentence: trailing spaces dropped, a full stop added if it has none.
+std::string sentence(std::string text) {
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  if (!text.empty() && text.back() != '.') text += '.';
+  return text;
+}
+
+/// The line of an error that says where the rank's recent collectives are.
+std::string report_line(const CommContext& context, const std::string& path) {
+  const std::string where = path.empty() ? "in the log, as no file could be written" : path;
+  return "Recent collectives of rank " + std::to_string(context.global_rank(context.rank())) +
+         " (" + versions_line(context) + "): " + where;
+}
+
+constexpr const char* kWhatToCheck =
+    "What to check: the logs of the ranks named above; that every rank issues the same "
+    "collectives in the same order (COHORT_DEBUG_COLLECTIVES=1 checks it); COHORT_TIMEOUT for "
+    "steps that are legitimately slow.";
+
 }  // namespace
 
 void fail_collective(CommContext& context, WorkState& work, bool timed_out,
@@ -31,22 +116,22 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
       return;
     }
     publish_progress(context);
-    CollectiveRecord record = work.record();
-    record.issued_seconds_ago =
-        std::chrono::duration<double>(Clock::now() - work.issued_at()).count();
+    // Note [One clock for a collective]: the failure's instant, in the error and the recorder.
+    const auto now = work.failure_instant(Clock::now());
+    const CollectiveRecord record = failed_at(work, now);
     std::string what = "rank " + std::to_string(context.global_rank(context.rank())) + ": " +
                        record.describe() + " on " + context.describe();
     // Past its deadline, a collective that its backend fails (an abort caused by another rank's
     // timeout) timed out too: the caller gets a TimeoutError whichever thread fails it first.
-    const bool past_deadline = !timed_out && Clock::now() >= work.deadline();
+    const bool past_deadline = !timed_out && now >= work.deadline();
     const std::string within =
-        " did not complete within " + std::to_string(context.timeout().count()) + " ms";
+        ": it did not complete within " + std::to_string(context.timeout().count()) + " ms";
     if (timed_out) {
       what += within + ". ";
     } else if (past_deadline) {
-      what += within + " and then failed: " + cause + ". ";
+      what += within + ", and then failed: " + without_prefix(cause) + ". ";
     } else {
-      what += " failed: " + cause + ". ";
+      what += ": " + without_prefix(cause) + ". ";
     }
     const auto watchdog = context.watchdog.lock();
     std::optional<std::string> earlier;
@@ -71,14 +156,13 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
         what += "The communicator was aborted: " + reason + " ";
       }
     } else if (!earlier) {
-      what += diagnose_stragglers(context, record.sequence);
+      what += diagnose_stragglers(context, record.sequence, watchdog.get());
     }
-    const std::string details = what + "\nWhat to check: the logs of the ranks named above; that "
-                                "every rank issues the same collectives in the same order "
-                                "(COHORT_DEBUG_COLLECTIVES=1 checks it); COHORT_TIMEOUT for "
-                                "steps that are legitimately slow.\n" +
-                                versions_line(context) + "\nRecent collectives of this rank:\n" +
-                                context.recorder->dump();
+    // The recorder says the collective failed at `now` before the report is written from it
+    // (WorkState::fail says it again, with the same instant).
+    context.recorder->finished(record.sequence, CollectiveRecord::State::failed, now);
+    const std::string path = watchdog ? watchdog->write_report(context, now) : "";
+    const std::string details = what + "\n" + report_line(context, path) + "\n" + kWhatToCheck;
     std::exception_ptr error;
     try {
       if (timed_out || past_deadline) {
@@ -96,10 +180,16 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
     // then waited for it, 3.3 s on an H200, before failing). So the communicator is marked
     // aborted first, the work failed next, and the backend's abort runs after. Marked, it is
     // aborted to the end even if the work finished meanwhile (at its very deadline).
-    const bool marked = context.mark_aborted(what);
-    const bool failed_here = work.fail(error);
+    const bool marked = context.mark_aborted(what, /*reported=*/true);
+    const bool failed_here = work.fail(error, now);
     if (failed_here) {
-      COHORT_LOG(error) << what;
+      // Note [One report per failure]: the rank's first failure is its error; the rest follow.
+      if (!watchdog || watchdog->first_report()) {
+        COHORT_LOG(error) << sentence(what) << " Recent collectives: "
+                          << (path.empty() ? std::string("in the log") : path);
+      } else {
+        COHORT_LOG(debug) << what;
+      }
       if (watchdog) {
         watchdog->report_failure(what);  // publishes, then aborts this rank's other communicators
       }
@@ -113,13 +203,15 @@ void fail_collective(CommContext& context, WorkState& work, bool timed_out,
   }
 }
 
-
-Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank)
-    : store_(std::move(world_store)), global_rank_(global_rank) {}
+Watchdog::Watchdog(std::unique_ptr<Store> world_store, int global_rank, std::string run_id)
+    : store_(std::move(world_store)),
+      global_rank_(global_rank),
+      report_path_(report_file(run_id, global_rank)) {}
 
 std::shared_ptr<Watchdog> Watchdog::start(std::unique_ptr<Store> world_store, int global_rank,
-                                          std::function<void()> bind_thread) {
-  auto watchdog = std::shared_ptr<Watchdog>(new Watchdog(std::move(world_store), global_rank));
+                                          std::function<void()> bind_thread, std::string run_id) {
+  auto watchdog = std::shared_ptr<Watchdog>(
+      new Watchdog(std::move(world_store), global_rank, std::move(run_id)));
   watchdog->thread_ =
       std::thread(&Watchdog::run, std::weak_ptr<Watchdog>(watchdog), std::move(bind_thread));
   return watchdog;
@@ -188,8 +280,47 @@ void Watchdog::report_failure(const std::string& message) noexcept {
     }
   }
   for (const auto& context : contexts()) {
-    context->abort("another communicator of this rank failed: " + message);
+    context->abort("another communicator of this rank failed: " + message, /*reported=*/true);
   }
+}
+
+bool Watchdog::first_report() noexcept {
+  return !reported_.exchange(true);
+}
+
+std::string Watchdog::write_report(const CommContext& failing, Clock::time_point now) {
+  const std::lock_guard<std::mutex> lock(report_mutex_);
+  if (report_written_) {
+    return report_result_;
+  }
+  report_written_ = true;
+  std::vector<std::shared_ptr<CommContext>> watched = contexts();
+  std::string text = "Recent collectives of rank " + std::to_string(global_rank_) + " (pid " +
+                     std::to_string(::getpid()) +
+                     "), as of its first failure, oldest first; each communicator numbers its "
+                     "own.\n";
+  const auto add = [&](const CommContext& context) {
+    text.append("\n").append(context.describe()).append(", ").append(versions_line(context));
+    text.append(":\n").append(context.recorder->dump(now));
+  };
+  add(failing);
+  for (const auto& context : watched) {
+    if (context.get() != &failing) add(*context);
+  }
+  std::error_code error;
+  const std::filesystem::path path(report_path_);
+  std::filesystem::create_directories(path.parent_path(), error);
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!error && out) {
+    report_result_ = report_path_;
+  } else {
+    COHORT_LOG(error) << "could not write " << report_path_ << " ("
+                      << (error ? error.message() : std::string(std::strerror(errno))) << "); "
+                      << text;
+  }
+  return report_result_;
 }
 
 std::optional<std::string> Watchdog::published_failure() noexcept {
@@ -262,7 +393,13 @@ void Watchdog::check_deadlines() {
   std::vector<std::pair<std::shared_ptr<CommContext>, std::shared_ptr<WorkState>>> expired;
   bool due_soon = false;
   for (const auto& context : contexts()) {
-    for (const auto& work : context->in_flight()) {
+    // A probe that cannot tell (a sticky CUDA error) will never tell: fail the work now, publish
+    // it and abort, instead of logging the same error every tick until the deadline.
+    const auto probe_failed = [&context](WorkState& work, const std::exception& error) {
+      fail_collective(*context, work, /*timed_out=*/false,
+                      std::string("its completion could not be checked: ") + error.what());
+    };
+    for (const auto& work : context->in_flight(probe_failed)) {
       if (work->done()) {
         continue;
       }
@@ -301,18 +438,43 @@ void Watchdog::check_peer_failure() {
     return;
   }
   failure_handled_ = true;
+  // Note [One report per failure]: every communicator aborted first, the collectives in flight
+  // marked failed at one instant, the report written from that, then each work failed with an
+  // error that names it.
+  const auto now = Clock::now();
+  std::vector<std::pair<std::shared_ptr<CommContext>, std::vector<std::shared_ptr<WorkState>>>>
+      aborted;
   for (const auto& context : contexts()) {
-    if (context->abort("a rank failed: " + *failure)) {
+    if (context->abort("a rank failed: " + *failure, /*reported=*/true)) {
+      aborted.emplace_back(context, context->in_flight());
+      for (const auto& work : aborted.back().second) {
+        context->recorder->finished(work->record().sequence, CollectiveRecord::State::failed,
+                                    work->failure_instant(now));
+      }
+    }
+  }
+  if (aborted.empty()) {
+    return;
+  }
+  const std::string path = write_report(*aborted.front().first, now);
+  if (first_report()) {
+    COHORT_LOG(warn) << "rank " << global_rank_ << " aborted its communicators because a rank "
+                     << "failed: " << sentence(*failure) << " Recent collectives: "
+                     << (path.empty() ? std::string("in the log") : path);
+  }
+  for (const auto& [context, works] : aborted) {
+    for (const auto& work : works) {
+      const auto at = work->failure_instant(now);
       std::exception_ptr error;
       try {
-        COHORT_FAIL(Error, "rank " + std::to_string(global_rank_) + ": " + context->describe() +
-                               " was aborted because a rank failed: " + *failure + "\n" +
-                               versions_line(*context) + "\nRecent collectives of this rank:\n" +
-                               context->recorder->dump());
+        COHORT_FAIL(Error, "rank " + std::to_string(global_rank_) + ": " +
+                               failed_at(*work, at).describe() + " on " + context->describe() +
+                               ": it was aborted because a rank failed: " + sentence(*failure) +
+                               "\n" + report_line(*context, path) + "\n" + kWhatToCheck);
       } catch (...) {
         error = std::current_exception();
       }
-      context->fail_in_flight(error);
+      work->fail(error, at);
     }
   }
 }

@@ -1,5 +1,5 @@
-#include "flight_recorder.hpp"
-#include "work_state.hpp"
+#include "comm/flight_recorder.hpp"
+#include "comm/work_state.hpp"
 
 #include <cohort/comm/work.hpp>
 #include <cohort/core/backoff.hpp>
@@ -11,19 +11,57 @@
 namespace cohort {
 namespace detail {
 
-WorkState::WorkState(CollectiveRecord record, Clock::time_point deadline,
-                     std::shared_ptr<FlightRecorder> recorder)
+// Note [One clock for a collective]
+// A collective's age and duration are said in several places: the error of the work, the
+// flight recorder's entries, a wait that gives up on it. Each used to read the clock on its own,
+// and one never did: a work described its record, whose age was never set, so an error said
+// "in flight for 0 ms" of the collective the recorder listed beside it as "in flight for 1513
+// ms". Now the issue, the end (completion or failure) and the moment of a description are
+// single clock readings that every description of it uses: the work and its recorder entry share
+// the instant of issue; the first to fail a work fixes the instant it failed at
+// (failure_instant), which its error, the recorder and any other error of it then say; and a
+// report takes one `now` for all it says (FlightRecorder::snapshot(now), WorkState::record_at).
+WorkState::WorkState(CollectiveRecord record, Clock::time_point issued_at,
+                     Clock::time_point deadline, std::shared_ptr<FlightRecorder> recorder)
     : record_(std::move(record)),
-      issued_at_(Clock::now()),
+      issued_at_(issued_at),
       deadline_(deadline),
       recorder_(std::move(recorder)) {}
 
-void WorkState::finish_locked(CollectiveRecord::State state) {
+WorkState::WorkState(CollectiveRecord record, Clock::time_point deadline,
+                     std::shared_ptr<FlightRecorder> recorder)
+    : WorkState(std::move(record), Clock::now(), deadline, std::move(recorder)) {}
+
+void WorkState::finish_locked(CollectiveRecord::State state, Clock::time_point at) {
   done_ = true;
+  state_ = state;
+  finished_at_ = at;
   if (recorder_) {
-    recorder_->finished(record_.sequence, state, Clock::now());
+    recorder_->finished(record_.sequence, state, at);
   }
   finished_.notify_all();
+}
+
+CollectiveRecord WorkState::record_at(Clock::time_point now) {
+  CollectiveRecord record = record_;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  record.state = state_;
+  record.issued_seconds_ago = std::chrono::duration<double>(now - issued_at_).count();
+  if (done_) {
+    record.duration_ms =
+        std::chrono::duration<double, std::milli>(finished_at_ - issued_at_).count();
+  }
+  return record;
+}
+
+std::string WorkState::describe(Clock::time_point now) {
+  return record_at(now).describe();
+}
+
+WorkState::Clock::time_point WorkState::failure_instant(Clock::time_point now) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_instant_) failure_instant_ = now;
+  return *failure_instant_;
 }
 
 bool WorkState::complete() {
@@ -31,17 +69,17 @@ bool WorkState::complete() {
   if (done_) {
     return false;
   }
-  finish_locked(CollectiveRecord::State::completed);
+  finish_locked(CollectiveRecord::State::completed, Clock::now());
   return true;
 }
 
-bool WorkState::fail(std::exception_ptr error) {
+bool WorkState::fail(std::exception_ptr error, Clock::time_point at) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (done_) {
     return false;
   }
   error_ = std::move(error);
-  finish_locked(CollectiveRecord::State::failed);
+  finish_locked(CollectiveRecord::State::failed, at);
   return true;
 }
 
@@ -99,14 +137,17 @@ bool WorkState::hold_unless_finished() {
 }
 
 bool WorkState::wait_released(Clock::duration patience) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const bool released = released_.wait_for(
-      lock, patience, [&] { return !held_.load(std::memory_order_relaxed); });
+  bool released = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    released =
+        released_.wait_for(lock, patience, [&] { return !held_.load(std::memory_order_relaxed); });
+  }
   if (!released) {
     std::fprintf(stderr,
-                 "cohort: %s failed, but the backend has not returned from it after %lld ms: "
+                 "cohort: %s, but the backend has not returned from it after %lld ms: "
                  "it may still use its buffers; keep them until the World is destroyed\n",
-                 record_.describe().c_str(),
+                 describe().c_str(),
                  static_cast<long long>(
                      std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()));
   }
@@ -146,7 +187,7 @@ void Work::wait() const {
   // The watchdog fails the work at its deadline; the grace covers a watchdog that is late.
   const auto limit = state_->deadline() + std::chrono::seconds(30);
   if (!state_->wait_finished_and_released(limit)) {
-    COHORT_FAIL(TimeoutError, "waited past the deadline of " + state_->record().describe() +
+    COHORT_FAIL(TimeoutError, "waited past the deadline of " + state_->describe() +
                                   " and the watchdog did not end it; the process may be "
                                   "stuck in the backend");
   }
@@ -159,8 +200,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   }
   if (!state_->wait_finished_and_released(detail::WorkState::Clock::now() + timeout)) {
     COHORT_FAIL(TimeoutError, "Work::wait gave up after " + std::to_string(timeout.count()) +
-                                  " ms on " + state_->record().describe() +
-                                  " (it is still running)");
+                                  " ms on " + state_->describe() + " (it is still running)");
   }
   state_->rethrow_if_failed();
 }

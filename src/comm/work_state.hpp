@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 namespace cohort::detail {
 
@@ -20,11 +21,22 @@ class WorkState {
  public:
   using Clock = std::chrono::steady_clock;
 
+  /// A collective issued at `issued_at`: the same clock reading as its flight recorder entry, so
+  /// that every age and duration said of it is measured from one instant (Note [One clock for a
+  /// collective]).
+  WorkState(CollectiveRecord record, Clock::time_point issued_at, Clock::time_point deadline,
+            std::shared_ptr<FlightRecorder> recorder);
+  /// Issued now.
   WorkState(CollectiveRecord record, Clock::time_point deadline,
             std::shared_ptr<FlightRecorder> recorder);
 
+  /// What was issued (its state and timing as issued; `describe` says them as of a moment).
   const CollectiveRecord& record() const noexcept { return record_; }
   Clock::time_point issued_at() const noexcept { return issued_at_; }
+  /// The record as of `now`: its state, its age (in flight) or its duration (finished).
+  CollectiveRecord record_at(Clock::time_point now);
+  /// "#12 all_reduce ... : in flight for 1513 ms", as of `now`.
+  std::string describe(Clock::time_point now = Clock::now());
   Clock::time_point deadline() const noexcept { return deadline_; }
 
   /// For backends whose completion must be polled (a CUDA event): returns true once finished.
@@ -37,9 +49,13 @@ class WorkState {
 
   /// Marks success; ignored when the work already failed. Returns whether it took effect.
   bool complete();
-  /// Marks failure with `error`; ignored when the work already finished. Returns whether it
-  /// took effect (the first failure wins, so the most informative one should come first).
-  bool fail(std::exception_ptr error);
+  /// The instant this work fails at, for everything said of its failure: `now` the first time
+  /// it is asked, the same instant after (Note [One clock for a collective]).
+  Clock::time_point failure_instant(Clock::time_point now);
+  /// Marks failure with `error`, at `at` (the instant its error describes); ignored when the work
+  /// already finished. Returns whether it took effect (the first failure wins, so the most
+  /// informative one should come first).
+  bool fail(std::exception_ptr error, Clock::time_point at = Clock::now());
 
   /// Note [Buffers after a failure]: a host backend runs the collective on a thread of its own,
   /// while the watchdog may fail the work at its deadline, and an abort then makes that thread
@@ -71,10 +87,13 @@ class WorkState {
   void rethrow_if_failed();
 
  private:
-  void finish_locked(CollectiveRecord::State state);
+  void finish_locked(CollectiveRecord::State state, Clock::time_point at);
 
   CollectiveRecord record_;
   Clock::time_point issued_at_;
+  Clock::time_point finished_at_{};                   // guarded by mutex_; set once done_
+  std::optional<Clock::time_point> failure_instant_;  // guarded by mutex_
+  CollectiveRecord::State state_ = CollectiveRecord::State::issued;  // guarded by mutex_
   Clock::time_point deadline_;
   std::shared_ptr<FlightRecorder> recorder_;
   std::function<bool()> probe_;

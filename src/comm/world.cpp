@@ -1,11 +1,11 @@
-#include "comm_context.hpp"
-#include "failure_aware_store.hpp"
-#include "gloo_communicator.hpp"
-#include "topology.hpp"
-#include "host_select.hpp"
-#include "watchdog.hpp"
+#include "comm/context.hpp"
+#include "comm/factory.hpp"
+#include "comm/failure_aware_store.hpp"
+#include "comm/host/select.hpp"
+#include "comm/topology.hpp"
+#include "comm/watchdog.hpp"
 #if COHORT_WITH_CUDA
-#include "nccl_communicator.hpp"
+#include "comm/nccl/communicator.hpp"  // bind_cuda_device
 #endif
 
 #include <cohort/comm/world.hpp>
@@ -36,7 +36,7 @@ struct World::Impl {
   int node_rank = 0;
   int num_nodes = 1;
   Device device = Device::host();
-  Backend backend = Backend::gloo;
+  Backend backend = Backend::gloo;  // decided once, before any communicator exists
   HostTransport host_transport = HostTransport::automatic;
   std::vector<int> nodes;  // node of each rank
   std::string store_host;  // the TCP store's host; empty for a store given in WorldOptions
@@ -62,8 +62,6 @@ struct World::Impl {
 };
 
 namespace {
-
-constexpr auto kDefaultTimeout = std::chrono::minutes(10);
 
 /// A peer that dies closes its sockets, and a write to one raises SIGPIPE, whose default action
 /// kills the process inside Gloo's socket writes, before cohort can report which rank failed. So
@@ -95,7 +93,7 @@ std::chrono::milliseconds timeout_from(const WorldOptions& options) {
     COHORT_EXPECTS(options.timeout->count() > 0, "the world's timeout must be positive");
     return *options.timeout;
   }
-  return env::duration(env::kTimeout).value_or(kDefaultTimeout);
+  return env::timeout();
 }
 
 bool debug_from(const WorldOptions& options) {
@@ -128,18 +126,28 @@ HostTransport host_transport_from(const WorldOptions& options) {
                                    "host), gloo (TCP everywhere) or auto");
 }
 
-Backend choose_backend(BackendChoice choice) {
+// Note [The backend, decided once]
+// Which backend the world's communicators run on is decided in one place, before any of them
+// exists: `BackendChoice` says NCCL or the host (automatic: NCCL where this process sees a GPU),
+// `HostTransport` and the nodes the ranks run on say which host backend (Note [Host transport
+// selection]). The decision goes into the global communicator's context; the factory makes that
+// backend and its constructor checks it (expect_backend), none assigns it. A split's group
+// inherits NCCL, or gets the host backend its members' nodes call for, decided by the same rule
+// before its communicator exists. run_local decides NCCL or the host once for all its ranks.
+
+/// NCCL or the host, for `choice`: `nccl` or `host`, never `automatic`.
+BackendChoice resolve(BackendChoice choice) {
   switch (choice) {
-    case BackendChoice::gloo:
-      return Backend::gloo;
     case BackendChoice::nccl:
       COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
                      "the NCCL backend was asked for, but " + cuda_unavailable_reason());
-      return Backend::nccl;
+      return BackendChoice::nccl;
+    case BackendChoice::host:
+      return BackendChoice::host;
     case BackendChoice::automatic:
       break;
   }
-  return built_with_cuda() && cuda_device_count() > 0 ? Backend::nccl : Backend::gloo;
+  return built_with_cuda() && cuda_device_count() > 0 ? BackendChoice::nccl : BackendChoice::host;
 }
 
 /// This rank's place among the nodes: the launcher's word where it gave it, host names (or
@@ -195,23 +203,22 @@ std::unique_ptr<Communicator> make_global(World::Impl& world, bool debug,
   context->monitor_store = std::make_shared<PrefixStore>("global", monitor_store);
   context->debug_collectives = debug;
   context->watchdog = world.watchdog;
-  if (world.backend == Backend::nccl) {
-#if COHORT_WITH_CUDA
-    return std::make_unique<detail::NcclCommunicator>(std::move(context));
-#endif
-  }
-  context->host_transport = world.host_transport;
-  context->member_nodes = world.nodes;
-  context->store_node = world.nodes.empty() ? -1 : world.nodes.front();
-  for (std::size_t rank = 0; rank < world.nodes.size(); ++rank) {
-    if (world.nodes[rank] == context->store_node) {
-      context->store_node_ranks +=
-          (context->store_node_ranks.empty() ? "" : ", ") + std::to_string(rank);
+  detail::HostContext host;
+  if (world.backend != Backend::nccl) {
+    detail::Placement& placement = context->placement;
+    placement.member_nodes = world.nodes;
+    placement.store_node = world.nodes.empty() ? -1 : world.nodes.front();
+    for (std::size_t rank = 0; rank < world.nodes.size(); ++rank) {
+      if (world.nodes[rank] == placement.store_node) {
+        placement.store_node_ranks +=
+            (placement.store_node_ranks.empty() ? "" : ", ") + std::to_string(rank);
+      }
     }
+    host.transport = world.host_transport;
+    host.single_node_world = world.num_nodes == 1;
+    host.store_host = world.store_host;
   }
-  context->single_node_world = world.num_nodes == 1;
-  context->store_host = world.store_host;
-  return detail::make_host_communicator(std::move(context));
+  return detail::make_communicator(std::move(context), std::move(host));
 }
 
 }  // namespace
@@ -287,8 +294,12 @@ World init(WorldOptions options) {
   try {
     impl->group = std::make_unique<StoreGroup>(impl->store, impl->rank, impl->size, impl->timeout);
     find_place(*impl, launch, options.ranks_per_node);
-    impl->backend = choose_backend(options.backend);
+    // Note [The backend, decided once]
+    const BackendChoice family = resolve(options.backend);
     impl->host_transport = host_transport_from(options);
+    impl->backend = family == BackendChoice::nccl
+                        ? Backend::nccl
+                        : detail::select_host_backend(impl->host_transport, impl->nodes);
     impl->device = choose_device(*impl);
     std::function<void()> bind_watchdog;
 #if COHORT_WITH_CUDA
@@ -296,12 +307,11 @@ World init(WorldOptions options) {
       bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
     }
 #endif
-    impl->watchdog =
-        detail::Watchdog::start(monitor_store->clone(), impl->rank, std::move(bind_watchdog));
+    impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank,
+                                             std::move(bind_watchdog), launch.run_id);
 
     const bool debug = debug_from(options);
     impl->global = make_global(*impl, debug, monitor_store);
-    impl->backend = impl->global->backend();
     impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
     impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
   } catch (const std::exception& error) {
@@ -320,8 +330,8 @@ void run_local(int ranks, const std::function<void(World&)>& fn, WorldOptions op
   const auto timeout = timeout_from(options);
   std::shared_ptr<Store> store =
       options.store ? options.store : std::make_shared<MemoryStore>(timeout);
-  const bool wants_gpu = choose_backend(options.backend) == Backend::nccl;
-  if (wants_gpu) {
+  options.backend = resolve(options.backend);  // once for every rank
+  if (options.backend == BackendChoice::nccl) {
     COHORT_EXPECTS(ranks <= cuda_device_count() || env::boolean(env::kAllowSharedGpu),
                    "run_local with " + std::to_string(ranks) + " ranks on the NCCL backend needs " +
                        std::to_string(ranks) + " GPUs; " + std::to_string(cuda_device_count()) +

@@ -127,5 +127,17 @@ std::optional<std::chrono::milliseconds> duration(std::string_view name, Duratio
   return parse_duration(name, *value, range);
 }
 
+std::chrono::milliseconds timeout() {
+  return duration(kTimeout).value_or(kDefaultTimeout);
+}
+
+std::string store_token(const EnvLookup& lookup) {
+  return text(lookup, kStoreToken).value_or("");
+}
+
+std::string store_token() {
+  return store_token(process_environment());
+}
+
 }  // namespace env
 }  // namespace cohort

@@ -6,11 +6,7 @@
 #if COHORT_WITH_CUDA
 #include <cohort/detail/cuda_device_scope.hpp>
 #include <cohort/kernels/launch.hpp>
-
-#include <cuda_runtime_api.h>
 #endif
-
-#include <cstring>
 
 namespace cohort::detail {
 
@@ -44,25 +40,6 @@ void host_convert(const void* input, DType from, void* output, DType to, std::si
 }
 
 }  // namespace
-
-void fill_zero(TensorView data, const Stream& stream) {
-  if (data.count() == 0) {
-    return;
-  }
-  if (stream.device().is_host()) {
-    stream.enqueue(
-        [pointer = data.data(), bytes = data.bytes()] { std::memset(pointer, 0, bytes); });
-    return;
-  }
-#if COHORT_WITH_CUDA
-  const CudaDeviceScope scope(stream.device().index());  // the stream's device, on any thread
-  COHORT_CUDA_TRY(cudaMemsetAsync(data.data(), 0, data.bytes(),
-                                  static_cast<cudaStream_t>(stream.native_handle())));
-#else
-  COHORT_FAIL(InvalidArgument, "cannot fill memory on " + stream.device().to_string() +
-                                   ": cohort was built without CUDA");
-#endif
-}
 
 void convert(TensorView input, TensorView output, const Stream& stream) {
   COHORT_EXPECTS_EQ(input.count(), output.count(), "convert needs views of equal counts");

@@ -1,10 +1,10 @@
 #include <cohort/ddp/bucket_sizing.hpp>
 
-#include "arena_ops.hpp"
 #include "link_measure.hpp"
 
 #include <cohort/core/error.hpp>
 #include <cohort/memory/buffer.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/memory_report.hpp>
 
 #include <algorithm>
@@ -100,7 +100,7 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
   Buffer buffer(memory, kLargeProbeBytes, MemoryCategory::buckets);
   const TensorView whole(buffer.data(), kLargeProbeBytes / sizeof(float), DType::f32,
                          stream.device());
-  fill_zero(whole, stream);  // sums of zeros: the probe writes nothing that matters
+  zero_async(whole, stream);  // sums of zeros: the probe writes nothing that matters
   stream.synchronize();
   auto time_us = [&](std::size_t bytes) {
     const auto start = std::chrono::steady_clock::now();

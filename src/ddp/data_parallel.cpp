@@ -9,11 +9,13 @@
 #include <cohort/core/logging.hpp>
 #include <cohort/detail/event_pool.hpp>
 #include <cohort/memory/buffer.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -137,7 +139,13 @@ struct DataParallel::Impl {
       try {
         stream->synchronize();
       } catch (const std::exception& error) {
-        COHORT_LOG(warn) << "DataParallel: a stream failed before destruction: " << error.what();
+        // While an error unwinds, it is that failure, reported where it arose (Note [One report
+        // per failure] in src/comm/watchdog.cpp).
+        if (std::uncaught_exceptions() > 0) {
+          COHORT_LOG(debug) << "DataParallel: a stream failed before destruction: " << error.what();
+        } else {
+          COHORT_LOG(warn) << "DataParallel: a stream failed before destruction: " << error.what();
+        }
       }
     }
   }
@@ -161,10 +169,10 @@ struct DataParallel::Impl {
               [](const ArenaSlice& a, const ArenaSlice& b) { return a.offset < b.offset; });
     std::size_t end = 0;
     for (const ArenaSlice& slot : slots) {
-      detail::fill_zero(params_view().slice(end, slot.offset - end), compute);
+      detail::zero_async(params_view().slice(end, slot.offset - end), compute);
       end = slot.offset + slot.count;
     }
-    detail::fill_zero(params_view().slice(end, plan.arena_count - end), compute);
+    detail::zero_async(params_view().slice(end, plan.arena_count - end), compute);
   }
 
   void reset_step() {
@@ -390,9 +398,9 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
   if (own_params) {
     s.zero_param_gaps();  // keep the caller's values
   } else {
-    detail::fill_zero(s.params_view(), s.compute);
+    detail::zero_async(s.params_view(), s.compute);
   }
-  detail::fill_zero(s.grads_view(), s.compute);
+  detail::zero_async(s.grads_view(), s.compute);
   s.compute.synchronize();
   if (s.sizing.automatic) {
     const BucketPlan provisional = s.plan;
@@ -475,15 +483,21 @@ void DataParallel::sync_grads() {
     }
     s.marked_window.assign(s.registry.size(), false);
     s.reset_step();
+    // The likeliest cause is a gradient written but not marked; UnusedParams::zero would throw
+    // that gradient away, so it is offered second, for parameters the step did not use.
+    const bool one = unused.size() == 1;
     COHORT_FAIL(InvalidArgument,
-                "sync_grads: " + std::string(unused.size() == 1 ? "parameter " : "parameters ") +
-                    names + (unused.size() == 1 ? " was" : " were") +
-                    " never marked ready in this step. Call dp.grad_ready(handle) once its "
-                    "gradient is written, or set DataParallelOptions::unused_params = "
-                    "cohort::UnusedParams::zero to reduce unused parameters as zero gradients");
+                "sync_grads: " + std::string(one ? "parameter " : "parameters ") + names +
+                    (one ? " was" : " were") +
+                    " never marked ready in this step. Call dp.grad_ready(handle)" +
+                    (one ? "" : " for each") + " after writing its gradient. Only if this step " +
+                    (one ? "did not use it" : "did not use them") +
+                    " at all, set DataParallelOptions::unused_params = "
+                    "cohort::UnusedParams::zero, which zeroes the gradient of every unmarked "
+                    "parameter (a gradient written but not marked is lost)");
   }
   for (const std::uint32_t i : unused) {
-    detail::fill_zero(grad(ParamHandle{i}), s.compute);
+    detail::zero_async(grad(ParamHandle{i}), s.compute);
   }
   for (std::uint32_t i = 0; i < s.registry.size(); ++i) {
     if (!s.marked_step[i]) {
@@ -515,7 +529,7 @@ void DataParallel::sync_grads() {
 }
 
 void DataParallel::zero_grads() {
-  detail::fill_zero(impl_->grads_view(), impl_->compute);
+  detail::zero_async(impl_->grads_view(), impl_->compute);
   detail::label_host_work(impl_->compute, "zero_grads()");
 }
 

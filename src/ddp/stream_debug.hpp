@@ -3,8 +3,8 @@
 // The checks of COHORT_DEBUG_STREAMS that DataParallel::grad_ready runs (Note [Debugging
 // streams] in data_parallel.hpp).
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 
 #include <string_view>
 

@@ -46,7 +46,7 @@ void record_failure(std::string_view message) noexcept {
 
 void record_failure(std::string_view message, const EnvLookup& env) noexcept {
   try {
-    const std::optional<std::string> path = env::text(env, "TORCHELASTIC_ERROR_FILE");
+    const std::optional<std::string> path = env::text(env, env::kTorchErrorFile);
     if (!path) return;
     // torchrun reads "message" and "timestamp"; without a timestamp its summary says 1970 and
     // ranks this failure first whatever the time.

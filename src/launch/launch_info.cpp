@@ -45,13 +45,12 @@ struct LauncherVariables {
 
 constexpr LauncherVariables kCohortrun{Launcher::cohortrun, env::kRank, env::kWorldSize,
                                        env::kLocalRank, env::kLocalWorldSize};
-constexpr LauncherVariables kTorchrun{Launcher::torchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                      "LOCAL_WORLD_SIZE"};
-constexpr LauncherVariables kOpenMpi{Launcher::open_mpi, "OMPI_COMM_WORLD_RANK",
-                                     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                     "OMPI_COMM_WORLD_LOCAL_SIZE"};
-constexpr LauncherVariables kMpich{Launcher::mpich, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-                                   "MPI_LOCALNRANKS"};
+constexpr LauncherVariables kTorchrun{Launcher::torchrun, env::kTorchRank, env::kTorchWorldSize,
+                                      env::kTorchLocalRank, env::kTorchLocalWorldSize};
+constexpr LauncherVariables kOpenMpi{Launcher::open_mpi, env::kOmpiRank, env::kOmpiSize,
+                                     env::kOmpiLocalRank, env::kOmpiLocalSize};
+constexpr LauncherVariables kMpich{Launcher::mpich, env::kPmiRank, env::kPmiSize,
+                                   env::kMpiLocalRankId, env::kMpiLocalRanks};
 
 constexpr int kDefaultPort = 29500;
 
@@ -194,9 +193,9 @@ std::optional<Reading> read_torchrun(const Environment& env) {
   auto reading = read_mpi_style(env, kTorchrun);
   if (!reading) return reading;
   // The node is torchrun's agent group: one agent per node.
-  reading->node_rank = env.integer("GROUP_RANK");
-  reading->num_nodes = env.integer("GROUP_WORLD_SIZE");
-  if (auto id = env.text("TORCHELASTIC_RUN_ID"); id && *id != "none") {
+  reading->node_rank = env.integer(env::kTorchGroupRank);
+  reading->num_nodes = env.integer(env::kTorchGroupWorldSize);
+  if (auto id = env.text(env::kTorchRunId); id && *id != "none") {
     reading->run_id = sanitize_run_id(*id);
   }
   return reading;
@@ -206,7 +205,7 @@ std::optional<Reading> read_open_mpi(const Environment& env) {
   auto reading = read_mpi_style(env, kOpenMpi);
   if (!reading) return reading;
   // Open MPI 4 (ORTE) exports its job id; Open MPI 5 (PRRTE) the PMIx namespace of the job.
-  if (auto id = env.first_text({"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})) {
+  if (auto id = env.first_text({env::kOmpiJobId, env::kPmixNamespace})) {
     reading->run_id = sanitize_run_id(*id);
   }
   return reading;
@@ -215,31 +214,31 @@ std::optional<Reading> read_open_mpi(const Environment& env) {
 std::optional<Reading> read_mpich(const Environment& env) {
   auto reading = read_mpi_style(env, kMpich);
   if (!reading) return reading;
-  if (auto id = env.text("PMI_JOBID")) reading->run_id = sanitize_run_id(*id);
+  if (auto id = env.text(env::kPmiJobId)) reading->run_id = sanitize_run_id(*id);
   return reading;
 }
 
 std::optional<Reading> read_slurm(const Environment& env) {
-  if (!env.has("SLURM_PROCID")) return std::nullopt;
+  if (!env.has(env::kSlurmProcId)) return std::nullopt;
   Reading reading;
   reading.launcher = Launcher::slurm;
-  reading.rank = *env.integer("SLURM_PROCID");
+  reading.rank = *env.integer(env::kSlurmProcId);
   // SLURM_STEP_NUM_TASKS describes this step; SLURM_NTASKS may be the job's.
-  auto world_size = env.first_integer({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
+  auto world_size = env.first_integer({env::kSlurmStepNumTasks, env::kSlurmNumTasks});
   if (!world_size) {
-    fail_missing("SLURM_PROCID", Launcher::slurm, "SLURM_NTASKS",
+    fail_missing(std::string(env::kSlurmProcId), Launcher::slurm, env::kSlurmNumTasks,
                  "the number of tasks (start the program with srun)");
   }
   reading.world_size = *world_size;
-  reading.local_rank = env.integer("SLURM_LOCALID");
+  reading.local_rank = env.integer(env::kSlurmLocalId);
   if (!reading.local_rank) {
-    fail_missing("SLURM_PROCID", Launcher::slurm, "SLURM_LOCALID",
+    fail_missing(std::string(env::kSlurmProcId), Launcher::slurm, env::kSlurmLocalId,
                  "the rank of this task on its node (start the program with srun)");
   }
-  reading.node_rank = env.integer("SLURM_NODEID");
+  reading.node_rank = env.integer(env::kSlurmNodeId);
   reading.num_nodes =
-      env.first_integer({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
-  for (std::string_view name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+      env.first_integer({env::kSlurmStepNumNodes, env::kSlurmNumNodes, env::kSlurmJobNumNodes});
+  for (std::string_view name : {env::kSlurmStepTasksPerNode, env::kSlurmTasksPerNode}) {
     auto list = env.text(name);
     if (!list) continue;
     const int node = reading.node_rank ? reading.node_rank->value : 0;
@@ -261,13 +260,13 @@ std::optional<Reading> read_slurm(const Environment& env) {
       reading.local_world_size = Field{reading.world_size.value / reading.num_nodes->value,
                                        reading.world_size.name + "/" + reading.num_nodes->name};
     } else {
-      fail_missing("SLURM_PROCID", Launcher::slurm, "SLURM_TASKS_PER_NODE",
+      fail_missing(std::string(env::kSlurmProcId), Launcher::slurm, env::kSlurmTasksPerNode,
                    "the tasks on each node, like '4(x2)'");
     }
   }
-  if (auto job = env.text("SLURM_JOB_ID")) {
+  if (auto job = env.text(env::kSlurmJobId)) {
     std::string id = *job;
-    if (auto step = env.first_text({"SLURM_STEP_ID", "SLURM_STEPID"})) id += "." + *step;
+    if (auto step = env.first_text({env::kSlurmStepId, env::kSlurmStepIdOld})) id += "." + *step;
     reading.run_id = sanitize_run_id(id);
   }
   return reading;
@@ -360,7 +359,7 @@ std::string random_run_id() {
 }
 
 int read_port(const Environment& env) {
-  auto port = env.first_integer({env::kMasterPort, "MASTER_PORT"});
+  auto port = env.first_integer({env::kMasterPort, env::kTorchMasterPort});
   if (!port) return kDefaultPort;
   if (port->value < 1 || port->value > 65535) {
     COHORT_FAIL(InvalidArgument, field_text(*port) + " is outside 1..65535; set " + port->name +
@@ -435,17 +434,18 @@ LaunchInfo LaunchInfo::from_environment(const EnvLookup& lookup) {
   info.master_port = read_port(env);
   info.store_is_external = env::boolean(lookup, env::kStoreExternal);
   // torchrun writes "True"; read as a switch so that any spelling of true counts.
-  info.torch_agent_store = info.launcher == Launcher::torchrun &&
-                           env::boolean(lookup, "TORCHELASTIC_USE_AGENT_STORE");
-  if (auto restarts = env.first_integer({env::kRestartCount, "TORCHELASTIC_RESTART_COUNT"})) {
+  info.torch_agent_store =
+      info.launcher == Launcher::torchrun && env::boolean(lookup, env::kTorchUseAgentStore);
+  if (auto restarts = env.first_integer({env::kRestartCount, env::kTorchRestartCount})) {
     info.restart_count = restarts->value;
   }
   const bool several_nodes = info.num_nodes > 1 || info.local_world_size < info.world_size;
-  if (auto address = env.first_text({env::kMasterAddr, "MASTER_ADDR"})) {
+  if (auto address = env.first_text({env::kMasterAddr, env::kTorchMasterAddr})) {
     info.master_addr = *address;
   } else if (several_nodes) {
     std::optional<std::string> guess;
-    for (std::string_view name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    for (std::string_view name :
+         {env::kSlurmStepNodeList, env::kSlurmJobNodeList, env::kSlurmNodeList}) {
       auto list = env.text(name);
       if (!list) continue;
       guess = first_slurm_host(*list);

@@ -21,8 +21,7 @@ std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& look
   TcpStoreOptions options;
   options.host = info.master_addr;
   options.port = info.master_port;
-  // The one place the token is read: `env` decides it in tests as well.
-  options.token = env::text(lookup, env::kStoreToken).value_or("");
+  options.token = env::store_token(lookup);  // `lookup` decides it in tests as well
   options.timeout = timeout;
   options.connect_timeout = timeout;
   options.start_server = info.rank == 0 && !info.store_is_external;

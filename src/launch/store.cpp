@@ -16,55 +16,6 @@
 namespace cohort {
 namespace detail {
 
-Clock::time_point deadline_after(Milliseconds timeout) noexcept {
-  const auto now = Clock::now();
-  if (timeout <= Milliseconds::zero()) return now;
-  // Compare in milliseconds: converting a huge timeout to the clock's nanoseconds would overflow.
-  const auto room = std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now);
-  if (timeout >= room) return Clock::time_point::max();
-  return now + timeout;
-}
-
-Milliseconds saturating_add(Milliseconds a, Milliseconds b) noexcept {
-  Milliseconds::rep sum = 0;
-  if (__builtin_add_overflow(a.count(), b.count(), &sum)) {
-    return b.count() > 0 ? Milliseconds::max() : Milliseconds::min();
-  }
-  return Milliseconds(sum);
-}
-
-std::string quote_bytes(std::string_view bytes, std::size_t max_bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (std::size_t i = 0; i < bytes.size() && i < max_bytes; ++i) {
-    const auto byte = static_cast<unsigned char>(bytes[i]);
-    if (byte >= 0x20 && byte < 0x7f && byte != '"' && byte != '\\') {
-      out.push_back(static_cast<char>(byte));
-    } else {
-      out += "\\x";
-      out.push_back(kHex[byte >> 4]);
-      out.push_back(kHex[byte & 0xf]);
-    }
-  }
-  out.push_back('"');
-  if (bytes.size() > max_bytes) out += "...";
-  return out;
-}
-
-std::string timeout_message(std::string_view store, const std::vector<std::string>& missing_keys,
-                            Milliseconds waited) {
-  std::string message = "timed out after " + std::to_string(waited.count()) + " ms waiting for ";
-  message += missing_keys.size() == 1 ? "key " : "keys ";
-  for (std::size_t i = 0; i < missing_keys.size(); ++i) {
-    if (i > 0) message += ", ";
-    message += quote_bytes(missing_keys[i]);
-  }
-  message += " in ";
-  message += store;
-  message += "; check that every rank reached this point and that all ranks use the same store";
-  return message;
-}
-
 void check_key(std::string_view key) {
   COHORT_EXPECTS(!key.empty(), "store keys must not be empty");
 }
@@ -109,14 +60,54 @@ void UniqueFd::reset(int fd) noexcept {
 
 }  // namespace detail
 
-PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
-    : prefix_(std::move(prefix)), base_(std::move(base)) {
-  COHORT_EXPECTS(base_ != nullptr, "PrefixStore needs a base store");
-  COHORT_EXPECTS(!prefix_.empty(), "PrefixStore needs a non-empty prefix");
+ForwardingStore::ForwardingStore(std::shared_ptr<Store> base, std::string_view wrapper)
+    : base_(std::move(base)) {
+  COHORT_EXPECTS(base_ != nullptr, std::string(wrapper) + " needs a base store");
   set_timeout(base_->timeout());
 }
 
-std::string PrefixStore::prefixed(std::string_view key) const {
+std::vector<std::string> ForwardingStore::keys_in_base(const std::vector<std::string>& keys) const {
+  std::vector<std::string> mapped;
+  mapped.reserve(keys.size());
+  for (const auto& key : keys) mapped.push_back(key_in_base(key));
+  return mapped;
+}
+
+void ForwardingStore::set(std::string_view key, std::string_view value) {
+  base_->set(key_in_base(key), value);
+}
+
+std::string ForwardingStore::get(std::string_view key, Milliseconds timeout) {
+  return base_->get(key_in_base(key), timeout);
+}
+
+void ForwardingStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  base_->wait(keys_in_base(keys), timeout);
+}
+
+bool ForwardingStore::check(const std::vector<std::string>& keys) {
+  return base_->check(keys_in_base(keys));
+}
+
+std::int64_t ForwardingStore::add(std::string_view key, std::int64_t delta) {
+  return base_->add(key_in_base(key), delta);
+}
+
+std::string ForwardingStore::compare_set(std::string_view key, std::string_view expected,
+                                         std::string_view desired) {
+  return base_->compare_set(key_in_base(key), expected, desired);
+}
+
+bool ForwardingStore::remove(std::string_view key) { return base_->remove(key_in_base(key)); }
+
+std::string ForwardingStore::describe() const { return base_->describe(); }
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : ForwardingStore(std::move(base), "PrefixStore"), prefix_(std::move(prefix)) {
+  COHORT_EXPECTS(!prefix_.empty(), "PrefixStore needs a non-empty prefix");
+}
+
+std::string PrefixStore::key_in_base(std::string_view key) const {
   // Checked here: "prefix/" would otherwise turn an empty key into a valid one.
   detail::check_key(key);
   std::string full = prefix_;
@@ -125,48 +116,14 @@ std::string PrefixStore::prefixed(std::string_view key) const {
   return full;
 }
 
-std::vector<std::string> PrefixStore::prefixed(const std::vector<std::string>& keys) const {
-  std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& key : keys) full.push_back(prefixed(key));
-  return full;
-}
-
-void PrefixStore::set(std::string_view key, std::string_view value) {
-  base_->set(prefixed(key), value);
-}
-
-std::string PrefixStore::get(std::string_view key, Milliseconds timeout) {
-  return base_->get(prefixed(key), timeout);
-}
-
-void PrefixStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
-  base_->wait(prefixed(keys), timeout);
-}
-
-bool PrefixStore::check(const std::vector<std::string>& keys) {
-  return base_->check(prefixed(keys));
-}
-
-std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
-  return base_->add(prefixed(key), delta);
-}
-
-std::string PrefixStore::compare_set(std::string_view key, std::string_view expected,
-                                     std::string_view desired) {
-  return base_->compare_set(prefixed(key), expected, desired);
-}
-
-bool PrefixStore::remove(std::string_view key) { return base_->remove(prefixed(key)); }
-
 std::unique_ptr<Store> PrefixStore::clone() const {
-  auto copy = std::make_unique<PrefixStore>(prefix_, std::shared_ptr<Store>(base_->clone()));
+  auto copy = std::make_unique<PrefixStore>(prefix_, std::shared_ptr<Store>(base()->clone()));
   copy->set_timeout(timeout());
   return copy;
 }
 
 std::string PrefixStore::describe() const {
-  return base_->describe() + " under prefix " + detail::quote_bytes(prefix_);
+  return base()->describe() + " under prefix " + detail::quote_bytes(prefix_);
 }
 
 // Note [Reusable store barrier]

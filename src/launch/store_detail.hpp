@@ -1,11 +1,12 @@
 #pragma once
 
-// Helpers shared by the store implementations (private to src/launch).
+// Helpers shared by the store implementations (private to src/launch). The deadline helpers are
+// core's and the words of store errors launch's detail headers, because others use them too.
 
-#include <cohort/core/error.hpp>
+#include <cohort/core/detail/deadline.hpp>
+#include <cohort/launch/detail/store_messages.hpp>
 #include <cohort/launch/store.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -16,41 +17,6 @@
 namespace cohort::detail {
 
 using Clock = std::chrono::steady_clock;
-
-/// Now + `timeout`, saturating at the clock's maximum (so `Milliseconds::max()` means "never")
-/// and clamping negative timeouts to now.
-Clock::time_point deadline_after(Milliseconds timeout) noexcept;
-
-/// Runs `attempt(slice)` (a store wait of at most `slice`) until it returns or `timeout` passes,
-/// calling `between()` after each slice that timed out (it may throw to end the wait); at the
-/// deadline calls `expire()`, which throws the TimeoutError for the whole wait. Slices are at
-/// least 1 ms, so a store never sees a zero timeout.
-template <typename Attempt, typename Between, typename Expire>
-auto in_slices(Milliseconds timeout, Milliseconds slice, Attempt attempt, Between between,
-               Expire expire) {
-  const auto deadline = deadline_after(timeout);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-    try {
-      return attempt(std::max(std::min(left, slice), Milliseconds(1)));
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) expire();
-    }
-    between();
-  }
-}
-
-/// `a + b`, saturating instead of overflowing.
-Milliseconds saturating_add(Milliseconds a, Milliseconds b) noexcept;
-
-/// `key` in double quotes, with bytes that are not printable ASCII written as \xNN, cut after
-/// `max_bytes` bytes (marked with "...").
-std::string quote_bytes(std::string_view bytes, std::size_t max_bytes = 128);
-
-/// "cohort: timed out after ... waiting for keys ... in <store>; check that ..." without the
-/// "cohort: " prefix that the error macros add.
-std::string timeout_message(std::string_view store, const std::vector<std::string>& missing_keys,
-                            Milliseconds waited);
 
 /// @throws InvalidArgument when `key` is empty.
 void check_key(std::string_view key);

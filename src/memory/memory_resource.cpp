@@ -4,6 +4,7 @@
 #include <cohort/memory/memory_resource.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <utility>
 
 namespace cohort {
@@ -102,7 +103,13 @@ void MemoryResource::wait_for_stream(const Stream* stream) noexcept {
     stream->synchronize();
   } catch (const std::exception& error) {
     // A failed host stream has still finished (or skipped) all its work, so the block is free.
-    COHORT_LOG(warn) << "freeing memory after its stream failed: " << error.what();
+    // While an error unwinds, it is the stream's failure, reported where it arose: said once
+    // (Note [One report per failure] in src/comm/watchdog.cpp), not at every block freed.
+    if (std::uncaught_exceptions() > 0) {
+      COHORT_LOG(debug) << "freeing memory after its stream failed: " << error.what();
+    } else {
+      COHORT_LOG(warn) << "freeing memory after its stream failed: " << error.what();
+    }
   } catch (...) {
     COHORT_LOG(warn) << "freeing memory after its stream failed";
   }

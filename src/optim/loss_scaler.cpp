@@ -1,7 +1,8 @@
-#include "state_memory.hpp"
-
+#include <cohort/core/detail/current_device.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/kernels/optimizer_math.hpp>
+#include <cohort/memory/detail/state_resource.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/optim/loss_scaler.hpp>
 
 #include <cmath>

@@ -2,17 +2,21 @@
 // scalars, gradient statistics, and the order of work on the stream, for both backends.
 
 #include "optimizer_impl.hpp"
-#include "state_memory.hpp"
 
+#include <cohort/core/detail/current_device.hpp>
 #include <cohort/core/error.hpp>
+#include <cohort/memory/detail/state_resource.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/managed.hpp>
 #include <cohort/memory/memory_estimate.hpp>
 #include <cohort/memory/memory_report.hpp>
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace cohort {
 namespace detail {
@@ -297,8 +301,42 @@ std::vector<OptimizerStateView> OptimizerImpl::state() const {
 
 // ---- Optimizer: the public face ----
 
-Optimizer::Optimizer(std::unique_ptr<detail::OptimizerImpl> impl) : impl_(std::move(impl)) {}
-Optimizer::~Optimizer() = default;
+namespace {
+
+/// The optimizers that exist, with the parameter arena each steps (optimizers_stepping).
+struct LiveOptimizers {
+  std::mutex mutex;
+  std::vector<std::pair<const void*, const Optimizer*>> entries;
+};
+
+LiveOptimizers& live_optimizers() {
+  static LiveOptimizers live;  // never destroyed before an optimizer of a static's lifetime
+  return live;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::unique_ptr<detail::OptimizerImpl> impl) : impl_(std::move(impl)) {
+  LiveOptimizers& live = live_optimizers();
+  const std::lock_guard lock(live.mutex);
+  live.entries.emplace_back(impl_->target().params.data(), this);
+}
+
+Optimizer::~Optimizer() {
+  LiveOptimizers& live = live_optimizers();
+  const std::lock_guard lock(live.mutex);
+  std::erase_if(live.entries, [this](const auto& entry) { return entry.second == this; });
+}
+
+std::vector<const Optimizer*> optimizers_stepping(const void* params) {
+  LiveOptimizers& live = live_optimizers();
+  const std::lock_guard lock(live.mutex);
+  std::vector<const Optimizer*> found;
+  for (const auto& [arena, optimizer] : live.entries) {
+    if (arena == params) found.push_back(optimizer);
+  }
+  return found;
+}
 
 void Optimizer::step() { impl_->step(); }
 void Optimizer::write_after(const Event& event) { impl_->write_after(event); }

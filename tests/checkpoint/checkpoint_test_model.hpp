@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cohort_test {
@@ -111,6 +112,32 @@ struct TestRun {
     dp->compute_stream().synchronize();
   }
 
+  /// One step of a data-parallel model on an f32 arena: the gradient is the mean over the global
+  /// batch (step s: samples [s G, (s + 1) G)) of each sample's gradient, each rank's the mean
+  /// over its slice of G / ranks samples, summed in f32 and averaged over the ranks. The same
+  /// global gradient on any number of ranks, summed in another order.
+  void step_on_batch(int step, int global_batch) {
+    dp->compute_stream().synchronize();
+    const int ranks = dp->world().size();
+    const int local = global_batch / ranks;
+    const std::size_t used = dp->plan().used_count;
+    std::vector<float> sum(used, 0.0f);
+    for (int i = 0; i < local; ++i) {
+      const int sample = step * global_batch + dp->world().rank() * local + i;
+      for (std::size_t e = 0; e < used; ++e) {
+        sum[e] +=
+            static_cast<float>(0.1 * std::sin(0.37 * sample + 0.011 * static_cast<double>(e)));
+      }
+    }
+    fill(dp->grad_arena().slice(0, used),
+         [&](std::size_t e) { return static_cast<double>(sum[e] / static_cast<float>(local)); });
+    for (std::uint32_t i = 0; i < dp->registry().size(); ++i)
+      dp->grad_ready(cohort::ParamHandle{i});
+    dp->sync_grads();
+    if (optimizer) optimizer->step();
+    dp->compute_stream().synchronize();
+  }
+
   /// The parameters' bytes (the used part of the arena).
   std::vector<unsigned char> params() const {
     dp->compute_stream().synchronize();
@@ -119,6 +146,18 @@ struct TestRun {
     return {data, data + bytes};
   }
 };
+
+/// The run's Checkpointer: with its optimizer and loss scaler, or `without_optimizer` when it has
+/// no optimizer.
+inline std::unique_ptr<cohort::Checkpointer> checkpointer_of(TestRun& run,
+                                                             cohort::CheckpointOptions options) {
+  if (!run.optimizer) {
+    return std::make_unique<cohort::Checkpointer>(*run.dp, cohort::without_optimizer,
+                                                  std::move(options));
+  }
+  return std::make_unique<cohort::Checkpointer>(*run.dp, run.optimizer.get(), std::move(options),
+                                                run.scaler.get());
+}
 
 /// A fresh folder under the temporary directory, removed with the object.
 class TemporaryFolder {
@@ -143,7 +182,7 @@ class TemporaryFolder {
 
 inline cohort::WorldOptions host_world() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   return options;
 }
 

@@ -1,6 +1,8 @@
-// The checksum and the manifest alone: pure functions, no ranks.
+// The checksum, the manifest and the ranks' reports alone: pure functions, no ranks.
 
 #include "support/test_helpers.hpp"
+
+#include "checkpoint/rank_report.hpp"  // src/: private to the checkpoint layer
 
 #include <cohort/checkpoint/checksum.hpp>
 #include <cohort/checkpoint/manifest.hpp>
@@ -11,12 +13,14 @@
 
 #include <functional>
 #include <random>
+#include <regex>
+#include <string>
 #include <vector>
 
 namespace {
 
-using cohort::Checksum;
 using cohort::CheckpointError;
+using cohort::Checksum;
 using cohort::Manifest;
 using cohort_test::contains;
 using cohort_test::message_of;
@@ -47,7 +51,8 @@ TEST(Checksum, EveryFlippedBitAndEveryLengthChangesIt) {
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     for (int bit = 0; bit < 8; ++bit) {
       bytes[i] = static_cast<unsigned char>(bytes[i] ^ (1u << bit));
-      EXPECT_NE(Checksum::of(bytes.data(), bytes.size()), original) << "byte " << i << " bit " << bit;
+      EXPECT_NE(Checksum::of(bytes.data(), bytes.size()), original)
+          << "byte " << i << " bit " << bit;
       bytes[i] = static_cast<unsigned char>(bytes[i] ^ (1u << bit));
     }
   }
@@ -60,13 +65,14 @@ TEST(Checksum, EveryFlippedBitAndEveryLengthChangesIt) {
 // pass their checks. These are the digests the first implementation gave (bytes i*131+7).
 TEST(Checksum, DigestsAreThoseOfTheFormat) {
   const std::vector<std::pair<std::size_t, std::string>> known = {
-      {0, "6097e4bc54386e8c"},  {1, "c3c44205432993fc"},    {31, "9d49f0a25f4cac9c"},
-      {32, "5c38a8e7009a3bae"}, {33, "a056a4985b4a7bd4"},   {1000, "2fe38a72530a15f1"},
+      {0, "6097e4bc54386e8c"},    {1, "c3c44205432993fc"},  {31, "9d49f0a25f4cac9c"},
+      {32, "5c38a8e7009a3bae"},   {33, "a056a4985b4a7bd4"}, {1000, "2fe38a72530a15f1"},
       {65537, "e3da80a021bf45d8"}};
   for (const auto& [size, digest] : known) {
     std::vector<unsigned char> bytes(size);
     for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
-    EXPECT_EQ(cohort::checksum_to_hex(Checksum::of(bytes.data(), size)), digest) << size << " bytes";
+    EXPECT_EQ(cohort::checksum_to_hex(Checksum::of(bytes.data(), size)), digest)
+        << size << " bytes";
   }
 }
 
@@ -145,7 +151,8 @@ TEST(Manifest, RejectsDamageByName) {
                        }),
                        "covers 64 of its 67 elements"));
   EXPECT_TRUE(contains(message_of<CheckpointError>([] {
-                         cohort::parse_manifest(edited([](auto& j) { j["files"][1]["bytes"] = 100; }));
+                         cohort::parse_manifest(
+                             edited([](auto& j) { j["files"][1]["bytes"] = 100; }));
                        }),
                        "lies outside rank-1.bin"));
   EXPECT_TRUE(contains(message_of<CheckpointError>([] {
@@ -172,6 +179,64 @@ TEST(Manifest, HugeCountsDoNotOverflowTheBoundsCheck) {
   });
   EXPECT_TRUE(contains(message_of<CheckpointError>([&] { cohort::parse_manifest(text); }),
                        "lies outside rank-0.bin"));
+}
+
+// Every error says where it was raised, as every cohort error does (Note in core/error.hpp).
+TEST(Manifest, ErrorsEndWithTheFileAndLineThatRaisedThem) {
+  const std::string error = message_of<CheckpointError>([] { cohort::parse_manifest("[1, 2]"); });
+  EXPECT_TRUE(std::regex_search(
+      error,
+      std::regex(
+          R"(^cohort: malformed checkpoint manifest: .* \((.*/)?src/checkpoint/manifest\.cpp:[0-9]+\)$)")))
+      << error;
+}
+
+using cohort::detail::RankReport;
+
+TEST(CheckpointReport, RoundTripsEveryField) {
+  RankReport written;
+  written.file_bytes = 0x0123456789abcdefULL;
+  written.piece_checksums = {0, 1, UINT64_MAX, 0x8000000000000001ULL};
+  EXPECT_EQ(cohort::detail::decode_report(cohort::detail::encode_report(written), "rank 1"),
+            written);
+  const RankReport failed = RankReport::failure(std::string("cohort: disk full\0with a NUL", 28));
+  EXPECT_EQ(cohort::detail::decode_report(cohort::detail::encode_report(failed), "rank 1"), failed);
+  EXPECT_EQ(cohort::detail::decode_report(cohort::detail::encode_report(RankReport{}), "rank 1"),
+            RankReport{});
+}
+
+TEST(CheckpointReport, MalformedReportsAreNamedErrors) {
+  RankReport report;
+  report.file_bytes = 4096;
+  report.piece_checksums = {7, 8};
+  const std::string good = cohort::detail::encode_report(report);
+  auto error_of = [](const std::string& bytes) {
+    return message_of<CheckpointError>([&] { cohort::detail::decode_report(bytes, "rank 3"); });
+  };
+  // Every truncation is refused, naming the sender.
+  for (std::size_t size = 0; size < good.size(); ++size) {
+    EXPECT_TRUE(
+        contains(error_of(good.substr(0, size)), "rank 3 sent a malformed checkpoint report"))
+        << size;
+  }
+  EXPECT_TRUE(
+      contains(error_of(good.substr(0, 5)), "the error's length needs 4 bytes, 3 are left"));
+  EXPECT_TRUE(contains(error_of(good + "x"), "1 trailing bytes"));
+  std::string other_format = good;
+  other_format[0] = 2;
+  EXPECT_TRUE(contains(error_of(other_format), "format 2, this cohort reads 1"));
+  std::string unknown_status = good;
+  unknown_status[1] = 9;
+  EXPECT_TRUE(contains(error_of(unknown_status), "status 9"));
+  std::string failed_without_text = good;
+  failed_without_text[1] = 1;
+  EXPECT_TRUE(contains(error_of(failed_without_text), "a failure without an error text"));
+  // A count of pieces larger than the bytes left is refused before anything is reserved.
+  std::string huge = good.substr(0, good.size() - 20);
+  huge += std::string("\xff\xff\xff\x0f", 4);
+  EXPECT_TRUE(contains(error_of(huge), "piece checksums in 0 bytes"));
+  // The old free text is not a report.
+  EXPECT_TRUE(contains(error_of("ok 4096 0000000000000007"), "malformed checkpoint report"));
 }
 
 }  // namespace

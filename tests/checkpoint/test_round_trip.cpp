@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -56,24 +59,23 @@ TEST_P(RoundTrip, ResumedRunIsBitwiseEqualToUninterruptedOne) {
   const bool scaler = c.dtype != DType::f32 && c.kind != OptimizerKind::none;
   cohort::run_local(c.ranks, [&](cohort::World& world) {
     TestRun original(world, registry, c.kind, scaler);
-    cohort::Checkpointer saver(*original.dp, original.optimizer.get(),
-                               {.directory = folder.path()}, original.scaler.get());
+    // No optimizer: `without_optimizer`.
+    const auto saver = cohort_test::checkpointer_of(original, {.directory = folder.path()});
     for (int step = 0; step < kSavedStep; ++step) original.step(step);
     const cohort::TrainingState saved{kSavedStep, 2, 96, "blob of rank 0"};
     if (c.async) {
-      saver.save_async(saved);
+      saver->save_async(saved);
     } else {
-      saver.save(saved);
+      saver->save(saved);
     }
     for (int step = kSavedStep; step < kSteps; ++step) original.step(step);  // overlaps the write
-    saver.wait();
+    saver->wait();
 
     TestRun resumed(world, registry, c.kind, scaler);
     // The asynchronous cases load with all-gathered slices of the replicated arrays.
-    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(),
-                                {.directory = folder.path(), .gather_replicated = c.async},
-                                resumed.scaler.get());
-    const std::optional<cohort::TrainingState> state = loader.load();
+    const auto loader = cohort_test::checkpointer_of(
+        resumed, {.directory = folder.path(), .gather_replicated = c.async});
+    const std::optional<cohort::TrainingState> state = loader->load();
     ASSERT_TRUE(state.has_value());
     EXPECT_EQ(state->step, kSavedStep);
     EXPECT_EQ(state->epoch, 2u);
@@ -210,6 +212,88 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, Resharding, ::testing::Values(DType::f32, D
                          [](const ::testing::TestParamInfo<DType>& param) {
                            return std::string(cohort::to_string(param.param));
                          });
+
+/// The parameters as floats (an f32 arena's used part).
+std::vector<float> floats_of(const std::vector<unsigned char>& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+/// The lines of `text` that contain `part`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& part) {
+  std::vector<std::string> found;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(part) != std::string::npos) found.push_back(line);
+  }
+  return found;
+}
+
+// docs/checkpoint.md, "Another number of ranks": a checkpoint loads exactly on any number of
+// ranks, and the steps after it are bitwise equal to the uninterrupted run on the same number of
+// ranks; on another number each step's mean is summed in another order, so the run stays within
+// rounding of it and is not bitwise equal. The resume says so, once, on rank 0.
+TEST(Resharding, ResumeOnAnotherWorldSizeSaysSoAndIsWithinRoundingNotBitwise) {
+  constexpr int kGlobalBatch = 12;
+  TemporaryFolder folder;
+  const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
+  std::mutex mutex;
+  std::vector<unsigned char> uninterrupted;
+  cohort::run_local(
+      4,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path()});
+        for (int step = 0; step < kSteps; ++step) {
+          run.step_on_batch(step, kGlobalBatch);
+          if (step + 1 == kSavedStep)
+            checkpoints.save({kSavedStep, 0, kSavedStep * kGlobalBatch, ""});
+        }
+        const std::lock_guard lock(mutex);
+        if (world.rank() == 0) uninterrupted = run.params();
+      },
+      cohort_test::host_world());
+
+  auto resume_on = [&](int ranks, std::string& log) {
+    std::vector<unsigned char> params;
+    ::testing::internal::CaptureStderr();
+    cohort::run_local(
+        ranks,
+        [&](cohort::World& world) {
+          TestRun run(world, registry, OptimizerKind::zero1_adamw);
+          cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                           {.directory = folder.path()});
+          ASSERT_TRUE(checkpoints.load().has_value());
+          for (int step = kSavedStep; step < kSteps; ++step) run.step_on_batch(step, kGlobalBatch);
+          const std::lock_guard lock(mutex);
+          if (world.rank() == 0) params = run.params();
+        },
+        cohort_test::host_world());
+    log = ::testing::internal::GetCapturedStderr();
+    return params;
+  };
+  std::string same_log, other_log;
+  EXPECT_EQ(resume_on(4, same_log), uninterrupted) << "4 -> 4 ranks must be bitwise equal";
+  EXPECT_TRUE(lines_with(same_log, "ranks").empty()) << same_log;
+
+  const std::vector<float> expected = floats_of(uninterrupted);
+  const std::vector<float> resharded = floats_of(resume_on(2, other_log));
+  ASSERT_EQ(resharded.size(), expected.size());
+  EXPECT_NE(resharded, expected) << "4 -> 2 ranks came out bitwise equal: the docs say it does not";
+  double worst = 0.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double a = resharded[i], b = expected[i];
+    worst = std::max(worst, std::abs(a - b) / std::max(1.0, std::abs(b)));
+  }
+  EXPECT_LT(worst, 1e-5) << "4 -> 2 ranks is further from the 4-rank run than rounding";
+  const std::vector<std::string> said = lines_with(other_log, "saved on 4 ranks");
+  ASSERT_EQ(said.size(), 1u) << other_log;
+  EXPECT_TRUE(said[0].find("rank 0") != std::string::npos) << said[0];
+  EXPECT_TRUE(said[0].find("2 ranks") != std::string::npos) << said[0];
+  EXPECT_TRUE(said[0].find("not bitwise") != std::string::npos) << said[0];
+}
 
 TEST(AsyncSave, ASecondRequestWaitsForTheFirstAndKeepLastPrunes) {
   TemporaryFolder folder;

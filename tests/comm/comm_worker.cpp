@@ -47,7 +47,7 @@ int run(const std::string& scenario, std::chrono::steady_clock::time_point& issu
     setenv("COHORT_HOST_TRANSPORT", "bogus", 1);
   }
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   cohort::World world = cohort::init(options);
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   const int n = world.size();

@@ -30,7 +30,7 @@ constexpr cohort::ReduceOp kOps[] = {cohort::ReduceOp::sum, cohort::ReduceOp::av
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(60);
   return options;
 }
@@ -196,6 +196,26 @@ TEST(World, HostsWithSeveralRanksEachGetTheHierarchicalPath) {
         check_dtype<cohort::bfloat16>(world, stream);
         check_dtype<std::int32_t>(world, stream);
         check_dtype<std::uint8_t>(world, stream);
+      },
+      options);
+}
+
+// Note [The backend, decided once] (world.cpp): the old name of BackendChoice::host still
+// compiles, with a deprecation warning, and still means the host; the world's backend, decided
+// before any communicator existed, is its global communicator's.
+TEST(World, TheOldBackendNameStillMeansTheHost) {
+  cohort::WorldOptions options = host_options();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  options.backend = cohort::BackendChoice::gloo;
+#pragma GCC diagnostic pop
+  EXPECT_EQ(options.backend, cohort::BackendChoice::host);
+  cohort::run_local(
+      2,
+      [](cohort::World& world) {
+        EXPECT_TRUE(world.device().is_host());
+        EXPECT_EQ(world.backend(), cohort_test::expected_host_backend());
+        EXPECT_EQ(world.comm().backend(), world.backend());
       },
       options);
 }

@@ -1,10 +1,9 @@
 // The watchdog against backends that misbehave in ways only a GPU shows for real (a completion
 // probe that throws on a sticky CUDA error, a collective stuck inside the backend's enqueue),
 // played here by host stand-ins built on the library's own internals.
-#include "comm/comm_context.hpp"
+#include "comm/context.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/work_state.hpp"
-#include "support/forwarding_store.hpp"
 
 #include <cohort/comm/communicator.hpp>
 #include <cohort/core/error.hpp>
@@ -165,7 +164,7 @@ TEST_F(WatchdogTest, ACollectiveStuckInTheBackendsEnqueueIsFailedAtItsDeadline) 
 }
 
 /// The world store behind a watchdog, slow to publish a failure (a store across a busy network).
-class SlowToPublishStore final : public cohort_test::ForwardingStore {
+class SlowToPublishStore final : public cohort::ForwardingStore {
  public:
   using ForwardingStore::ForwardingStore;
   std::string compare_set(std::string_view key, std::string_view expected,

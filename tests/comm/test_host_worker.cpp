@@ -1,6 +1,6 @@
 // The host backends' worker thread: how a communicator's destructor stops it
-// (Note [Host worker teardown] in src/comm/host_worker.hpp).
-#include "comm/host_worker.hpp"
+// (Note [Host worker teardown] in src/comm/host/worker.hpp).
+#include "comm/host/worker.hpp"
 #include "comm/work_state.hpp"
 
 #include <cohort/comm/work.hpp>

@@ -18,7 +18,7 @@
 int main() {
   try {
     cohort::WorldOptions options;
-    options.backend = cohort::BackendChoice::gloo;
+    options.backend = cohort::BackendChoice::host;
     cohort::World world = cohort::init(options);
     cohort::ParamRegistry registry;
     const cohort::test::Mlp mlp(registry);

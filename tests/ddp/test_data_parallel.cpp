@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(30);
   return options;
 }
@@ -294,8 +294,19 @@ TEST(DataParallel, AnUnmarkedParameterIsAnErrorNamingIt) {
           dp.sync_grads();
           ADD_FAILURE() << "an unmarked parameter was accepted";
         } catch (const cohort::InvalidArgument& error) {
-          EXPECT_THAT(error.what(), HasSubstr("'layer.unused' was never marked ready"));
-          EXPECT_THAT(error.what(), HasSubstr("unused_params = cohort::UnusedParams::zero"));
+          // The likeliest cause is a gradient written but not marked: the first remedy is the
+          // mark. UnusedParams::zero would discard that gradient, so it comes second, for a
+          // parameter the step did not use, saying what it does.
+          const std::string what = error.what();
+          EXPECT_THAT(what, HasSubstr("parameter 'layer.unused' was never marked ready in this "
+                                      "step. Call dp.grad_ready(handle) after writing its "
+                                      "gradient."));
+          EXPECT_THAT(what, HasSubstr("Only if this step did not use it at all, set "
+                                      "DataParallelOptions::unused_params = "
+                                      "cohort::UnusedParams::zero, which zeroes the gradient of "
+                                      "every unmarked parameter (a gradient written but not "
+                                      "marked is lost)"));
+          EXPECT_LT(what.find("grad_ready"), what.find("UnusedParams::zero")) << what;
         }
         // A second mark in one step is an error too.
         dp.grad_ready(a);

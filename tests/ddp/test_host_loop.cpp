@@ -35,7 +35,7 @@ constexpr float kLr = 0.2f;
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(30);
   return options;
 }

@@ -64,7 +64,7 @@ TEST(DataParallelSteadyStep, CreatesNoEventNorStreamAndAllocatesNothing) {
                     .gradient_sync = cohort::GradientSync::reduce_scatter,
                     .compression = cohort::Compression::bf16}});
   cohort::WorldOptions world_options;
-  world_options.backend = cohort::BackendChoice::gloo;  // COHORT_HOST_TRANSPORT picks shm or Gloo
+  world_options.backend = cohort::BackendChoice::host;  // COHORT_HOST_TRANSPORT picks shm or Gloo
   world_options.timeout = std::chrono::seconds(30);
   constexpr int kRanks = 2;
   for (const Case& test_case : cases) {

@@ -18,14 +18,11 @@ struct Batch {};
 inline int steps = 10;
 inline int every = 5;
 inline std::uint64_t seed = 1;
-inline std::uint64_t global_batch = 64;
 inline std::size_t n = 1000;
 inline std::size_t bytes = 1 << 20;
 inline std::size_t row_elements = 3 * 32 * 32;
 
-Batch batch_at(std::uint64_t seed, std::uint64_t epoch, std::uint64_t position);
-void train_one_step(Batch batch);
-cohort::TrainingState next_state(const cohort::TrainingState& state);
+void train_one_step(const cohort::SampledBatch& batch);
 void step();
 void initialise(cohort::TensorView weight, cohort::TensorView bias);
 void forward(cohort::TensorView weight, cohort::TensorView bias, Batch batch);
@@ -46,4 +43,5 @@ using namespace example_context;
       [[maybe_unused]] std::shared_ptr<cohort::MemoryResource> device_pool,                       \
       [[maybe_unused]] cohort::TensorView all_images, [[maybe_unused]] cohort::TensorView batch_images, \
       [[maybe_unused]] cohort::Checkpointer& checkpoints, [[maybe_unused]] cohort::TrainingState& state, \
+      [[maybe_unused]] cohort::DistributedSampler& sampler,                                       \
       [[maybe_unused]] bool log, [[maybe_unused]] std::size_t index

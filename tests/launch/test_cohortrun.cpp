@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -42,6 +43,9 @@ std::string cohortrun_path() {
 }
 std::string hello_world_path() {
   return binary_dir() + "/examples/hello_world/hello_world";
+}
+std::string train_mlp_path() {
+  return binary_dir() + "/examples/train_mlp/train_mlp";
 }
 
 /// Whether a variable of the caller's environment could change how a rank reads its launch
@@ -77,7 +81,10 @@ struct Result {
 /// A process with its stdout and stderr captured, killed if it outlives its test.
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::vector<std::string>& environment) {
+  /// `own_group`: the process leads a process group of its own, as a shell's foreground job
+  /// does, so that a test can signal the group the way a terminal's Ctrl-C does.
+  Process(const std::vector<std::string>& argv, const std::vector<std::string>& environment,
+          bool own_group = false) {
     int out[2];
     int err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
@@ -93,11 +100,13 @@ class Process {
     start_ = Clock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
+      if (own_group) ::setpgid(0, 0);
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
       ::execve(args[0], args.data(), env.data());
       ::_exit(126);
     }
+    if (pid_ > 0 && own_group) ::setpgid(pid_, pid_);  // also here: signalled at once
     ::close(out[1]);
     ::close(err[1]);
     out_fd_ = out[0];
@@ -121,11 +130,11 @@ class Process {
 
   /// Reads output until `done(stdout so far)` or `timeout`; returns whether `done` came true.
   bool read_until(const std::function<bool(const std::string&)>& done, Seconds timeout) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
-    while (!done(result_.out)) {
-      if (!pump(deadline)) return done(result_.out);
-    }
-    return true;
+    return read_until_either([&](const Result& so_far) { return done(so_far.out); }, timeout);
+  }
+  /// The same with `done(stderr so far)`.
+  bool read_stderr_until(const std::function<bool(const std::string&)>& done, Seconds timeout) {
+    return read_until_either([&](const Result& so_far) { return done(so_far.err); }, timeout);
   }
 
   /// Reads everything until both pipes close and the process exits; kills it after `timeout`.
@@ -147,6 +156,14 @@ class Process {
   }
 
  private:
+  bool read_until_either(const std::function<bool(const Result&)>& done, Seconds timeout) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+    while (!done(result_)) {
+      if (!pump(deadline)) return done(result_);
+    }
+    return true;
+  }
+
   /// Waits for output until `deadline`; false when the deadline passed or nothing is open.
   bool pump(Clock::time_point deadline) {
     std::vector<pollfd> fds;
@@ -418,6 +435,253 @@ TEST_F(Cohortrun, SigintAndSigtermStopEveryRankPromptly) {
   }
 }
 
+/// How many lines of `text` are `line` exactly.
+std::size_t count_lines(const std::string& text, const std::string& line) {
+  const std::vector<std::string> lines = lines_of(text);
+  return static_cast<std::size_t>(std::count(lines.begin(), lines.end(), line));
+}
+
+/// Reads until `ranks` lines "[rank R] ready" have come.
+bool wait_until_ready(Process& process, int ranks) {
+  return process.read_until(
+      [&](const std::string& out) {
+        int ready = 0;
+        for (int rank = 0; rank < ranks; ++rank) {
+          const std::vector<std::string> lines = lines_of_rank(out, rank);
+          ready += std::count(lines.begin(), lines.end(), "ready") > 0 ? 1 : 0;
+        }
+        return ready == ranks;
+      },
+      Seconds(10));
+}
+
+// ---- signals and exit statuses (the table in cohortrun --help) ----
+
+TEST_F(Cohortrun, RanksThatSaveAfterAForwardedSignalGive75) {
+  // Ranks that save and exit 75 (EX_TEMPFAIL, kPreemptedExitStatus) after the signal cohortrun
+  // passed on: the run was preempted cleanly, and a job script requeues on 75.
+  for (const auto& [signal_number, name] :
+       std::vector<std::pair<int, std::string>>{{SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"}}) {
+    SCOPED_TRACE(name);
+    Process process(cohortrun_shell({"--nproc-per-node", "3"},
+                                    "trap 'echo saved; exit 75' TERM INT; echo ready; "
+                                    "while :; do sleep 0.05; done"),
+                    clean_environment());
+    ASSERT_TRUE(wait_until_ready(process, 3)) << process.stdout_so_far();
+    ::kill(process.pid(), signal_number);
+    const Result result = process.finish();
+    EXPECT_EQ(result.status, 75) << describe(result);
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_EQ(lines_of_rank(result.out, rank), (std::vector<std::string>{"ready", "saved"}))
+          << describe(result);
+    }
+    EXPECT_TRUE(contains(result.err, "received " + name + "; passing it to 3 ranks"))
+        << describe(result);
+    EXPECT_TRUE(contains(result.err,
+                         "every rank exited with status 75 (saved and stopped after "
+                         "the " +
+                             name + "); exiting with 75"))
+        << describe(result);
+  }
+}
+
+TEST_F(Cohortrun, APreemptionNotEveryRankSavedGives128PlusSignal) {
+  const Result result = [&] {
+    Process process(cohortrun_shell({"--nproc-per-node", "2"},
+                                    "if [ $COHORT_RANK = 1 ]; then trap 'exit 1' TERM; "
+                                    "else trap 'exit 75' TERM; fi; echo ready; "
+                                    "while :; do sleep 0.05; done"),
+                    clean_environment());
+    EXPECT_TRUE(wait_until_ready(process, 2)) << process.stdout_so_far();
+    ::kill(process.pid(), SIGTERM);
+    return process.finish();
+  }();
+  EXPECT_EQ(result.status, 128 + SIGTERM) << describe(result);
+  EXPECT_FALSE(contains(result.err, "exiting with 75")) << describe(result);
+}
+
+TEST_F(Cohortrun, CtrlCReachesEachRankOnceAndTheySave) {
+  // A terminal's Ctrl-C is a SIGINT to its whole foreground process group: cohortrun and
+  // anything in its group. The ranks lead groups of their own, so they get it once, from
+  // cohortrun (not a second time from the terminal, which would be a PreemptionWatch's "stop
+  // now"), save and exit 75. Each rank counts the SIGINTs it gets for a second after the first.
+  const std::string script =
+      "n=0; trap 'n=$((n+1)); echo \"SIGINT $n\"' INT; echo ready; "
+      "while [ $n = 0 ]; do sleep 0.05; done; sleep 1; exit 75";
+  Process process(cohortrun_shell({"--nproc-per-node", "2"}, script), clean_environment(),
+                  /*own_group=*/true);
+  ASSERT_TRUE(wait_until_ready(process, 2)) << process.stdout_so_far();
+  ::kill(-process.pid(), SIGINT);
+  const Result result = process.finish();
+  EXPECT_EQ(result.status, 75) << describe(result);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(lines_of_rank(result.out, rank), (std::vector<std::string>{"ready", "SIGINT 1"}))
+        << describe(result);
+  }
+  EXPECT_TRUE(contains(result.err, "received SIGINT; passing it to 2 ranks")) << describe(result);
+}
+
+TEST_F(Cohortrun, ASecondSigintStopsEveryRankAtOnce) {
+  // The ranks keep going after the first SIGINT (as if their save were slow); the second kills
+  // them at once, well inside --grace.
+  Process process(cohortrun_shell({"--nproc-per-node", "2", "--grace", "60"},
+                                  "trap 'echo got SIGINT' INT; echo ready; "
+                                  "while :; do sleep 0.05; done"),
+                  clean_environment());
+  ASSERT_TRUE(wait_until_ready(process, 2)) << process.stdout_so_far();
+  ::kill(process.pid(), SIGINT);
+  ASSERT_TRUE(process.read_until(
+      [](const std::string& out) {
+        return !lines_of_rank(out, 0).empty() && lines_of_rank(out, 0).back() == "got SIGINT" &&
+               !lines_of_rank(out, 1).empty() && lines_of_rank(out, 1).back() == "got SIGINT";
+      },
+      Seconds(10)))
+      << process.stdout_so_far();
+  const auto second = Clock::now();
+  ::kill(process.pid(), SIGINT);
+  const Result result = process.finish();
+  EXPECT_EQ(result.status, 128 + SIGINT) << describe(result);
+  EXPECT_LT(Seconds(Clock::now() - second).count(), 4.0) << describe(result);
+  EXPECT_TRUE(contains(result.err, "received another signal; killing every rank"))
+      << describe(result);
+}
+
+TEST_F(Cohortrun, HelpListsWhatEachExitStatusMeans) {
+  const Result result = run({cohortrun_path(), "--help"});
+  ASSERT_EQ(result.status, 0) << describe(result);
+  for (const char* row :
+       {R"(\n +0 +every rank exited 0)", R"(\n +75 +.*preempted)", R"(\n +78 +.*not restarted)",
+        R"(\n +127 +PROGRAM cannot be run)", R"(\n +2 +.*usage)", R"(\n +128\+N +)",
+        R"(\n +other +the first failing rank's status)", R"(--restart-delay)",
+        R"(--max-restart-delay)"}) {
+    EXPECT_TRUE(std::regex_search(result.out, std::regex(row))) << row << "\n" << result.out;
+  }
+}
+
+// ---- restarts (Note [Restarts] in main.cpp) ----
+
+TEST_F(Cohortrun, Status78IsNotRestarted) {
+  // 78 (EX_CONFIG): the rank says a restart cannot fix this (a checkpoint that can never load).
+  const Result result = run(cohortrun_shell(
+      {"--nproc-per-node", "2", "--max-restarts", "3"},
+      "echo attempt $COHORT_RESTART_COUNT; if [ $COHORT_RANK = 1 ]; then exit 78; fi; "
+      "exec sleep 60"));
+  EXPECT_EQ(result.status, 78) << describe(result);
+  // Rank 0 may be stopped before it writes its line; no rank starts a second attempt.
+  EXPECT_EQ(lines_of_rank(result.out, 1), std::vector<std::string>{"attempt 0"})
+      << describe(result);
+  EXPECT_FALSE(contains(result.out, "attempt 1")) << describe(result);
+  EXPECT_TRUE(std::regex_search(
+      result.err, std::regex(R"(cohortrun: rank 1 \(pid \d+\) exited with status 78; )")))
+      << describe(result);
+  EXPECT_TRUE(contains(result.err,
+                       "cohortrun: rank 1 exited with status 78 (EX_CONFIG): the program says a "
+                       "restart cannot fix this; not restarting (3 restarts left)"))
+      << describe(result);
+  EXPECT_FALSE(contains(result.err, "restarting every rank")) << describe(result);
+}
+
+TEST_F(Cohortrun, Status78FromAnyRankEndsTheRunEvenAfterAnotherFailedFirst) {
+  // Rank 0 fails first (as a rank does whose peer left a collective); rank 1, which ignores the
+  // SIGTERM that follows, exits 78 later, and that still decides. Rank 0 fails only once rank 1
+  // ignores SIGTERM (it creates MARK then).
+  const std::string mark =
+      ::testing::TempDir() + "cohort-78-" + std::to_string(::getpid()) + "-ignoring";
+  std::filesystem::remove(mark);
+  const Result result =
+      run(cohortrun_shell({"--nproc-per-node", "2", "--max-restarts", "2"},
+                          "echo attempt $COHORT_RESTART_COUNT; if [ $COHORT_RANK = 0 ]; then "
+                          "while [ ! -e \"$MARK\" ]; do sleep 0.01; done; exit 1; fi; "
+                          "trap '' TERM; touch \"$MARK\"; sleep 0.3; exit 78"),
+          {{"MARK", mark}});
+  std::filesystem::remove(mark);
+  EXPECT_EQ(result.status, 78) << describe(result);
+  EXPECT_EQ(lines_of_rank(result.out, 0), std::vector<std::string>{"attempt 0"})
+      << describe(result);
+  EXPECT_TRUE(std::regex_search(
+      result.err, std::regex(R"(cohortrun: rank 0 \(pid \d+\) exited with status 1; )")))
+      << describe(result);
+  EXPECT_TRUE(contains(result.err, "rank 1 exited with status 78 (EX_CONFIG)")) << describe(result);
+}
+
+/// The rank's lines "start <seconds since the epoch>", as numbers.
+std::vector<double> start_times(const std::string& out, int rank) {
+  std::vector<double> times;
+  for (const std::string& line : lines_of_rank(out, rank)) {
+    if (line.rfind("start ", 0) == 0) times.push_back(std::stod(line.substr(6)));
+  }
+  return times;
+}
+
+TEST_F(Cohortrun, RestartsBackOffDoublingToTheCap) {
+  const Result result =
+      run(cohortrun_shell({"--nproc-per-node", "1", "--max-restarts", "4", "--restart-delay", "0.2",
+                           "--max-restart-delay", "0.8"},
+                          "echo start $(date +%s.%N); exit 3"));
+  EXPECT_EQ(result.status, 3) << describe(result);
+  const std::vector<double> expected{0.2, 0.4, 0.8, 0.8};
+  const std::vector<std::string> reported{"0.2", "0.4", "0.8", "0.8"};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(contains(result.err,
+                         "cohortrun: the run failed with status 3; restarting every "
+                         "rank in " +
+                             reported[i] + " s (restart " + std::to_string(i + 1) + " of 4)"))
+        << i << "\n"
+        << describe(result);
+  }
+  const std::vector<double> starts = start_times(result.out, 0);
+  ASSERT_EQ(starts.size(), 5u) << describe(result);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_GE(starts[i + 1] - starts[i], expected[i]) << "restart " << i + 1;
+  }
+}
+
+TEST_F(Cohortrun, TheFirstRestartWaitsOneSecondByDefault) {
+  const Result result = run(cohortrun_shell({"--nproc-per-node", "1", "--max-restarts", "1"},
+                                            "echo start $(date +%s.%N); exit 3"));
+  EXPECT_EQ(result.status, 3) << describe(result);
+  EXPECT_TRUE(contains(result.err, "restarting every rank in 1 s (restart 1 of 1)"))
+      << describe(result);
+  const std::vector<double> starts = start_times(result.out, 0);
+  ASSERT_EQ(starts.size(), 2u) << describe(result);
+  EXPECT_GE(starts[1] - starts[0], 1.0);
+}
+
+TEST_F(Cohortrun, AnAttemptThatRanAsLongAsTheCapStartsTheDelaysAgain) {
+  // Attempts 0 and 1 fail at once (0.2 s, then 0.4 s); attempt 2 runs 2 s, longer than the cap
+  // of 1.5 s, so it was not failing in a loop: the next delay is the first again.
+  const Result result =
+      run(cohortrun_shell({"--nproc-per-node", "1", "--max-restarts", "3", "--restart-delay", "0.2",
+                           "--max-restart-delay", "1.5"},
+                          "if [ $COHORT_RESTART_COUNT = 2 ]; then sleep 2; fi; exit 3"),
+          {}, Seconds(30));
+  EXPECT_EQ(result.status, 3) << describe(result);
+  for (const char* line :
+       {"in 0.2 s (restart 1 of 3)", "in 0.4 s (restart 2 of 3)", "in 0.2 s (restart 3 of 3)"}) {
+    EXPECT_TRUE(contains(result.err, line)) << line << "\n" << describe(result);
+  }
+}
+
+TEST_F(Cohortrun, ASignalWhileWaitingToRestartEndsTheRun) {
+  // The ranks saved and stopped (75) on their own; while cohortrun waits to restart them, it is
+  // told to stop: it does not restart, and exits with the attempt's status.
+  Process process(
+      cohortrun_shell({"--nproc-per-node", "2", "--max-restarts", "3", "--restart-delay", "30"},
+                      "echo attempt $COHORT_RESTART_COUNT; exit 75"),
+      clean_environment());
+  ASSERT_TRUE(process.read_stderr_until(
+      [](const std::string& err) { return contains(err, "restarting every rank in 30 s"); },
+      Seconds(10)));
+  const auto signalled = Clock::now();
+  ::kill(process.pid(), SIGTERM);
+  const Result result = process.finish();
+  EXPECT_EQ(result.status, 75) << describe(result);
+  EXPECT_LT(Seconds(Clock::now() - signalled).count(), 4.0) << describe(result);
+  EXPECT_TRUE(contains(result.err, "received SIGTERM while waiting to restart; not restarting"))
+      << describe(result);
+  EXPECT_EQ(count_lines(result.out, "[rank 0] attempt 1"), 0u) << describe(result);
+}
+
 TEST_F(Cohortrun, MissingProgramIsAClearError) {
   const Result result = run({cohortrun_path(), "--nproc-per-node", "2", "/nonexistent/program"});
   EXPECT_EQ(result.status, 127) << describe(result);
@@ -436,6 +700,9 @@ TEST_F(Cohortrun, UsageErrors) {
       {{"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1",
         "/bin/true"},
        "--node-rank"},
+      {{"--nproc-per-node", "1", "--restart-delay", "-1", "/bin/true"}, "--restart-delay"},
+      {{"--nproc-per-node", "1", "--restart-delay", "5", "--max-restart-delay", "2", "/bin/true"},
+       "--max-restart-delay 2 is below --restart-delay 5"},
   };
   for (const auto& [options, message] : cases) {
     std::vector<std::string> argv{cohortrun_path()};
@@ -567,6 +834,50 @@ TEST_F(HelloWorld, BadEnvironmentFailsWithTheMessage) {
   EXPECT_EQ(result.status, 1) << describe(result);
   EXPECT_TRUE(contains(result.err, "hello_world: cohort: RANK is set (torchrun) but WORLD_SIZE"))
       << describe(result);
+}
+
+// ---- train_mlp: a real trainer's save on Ctrl-C ----
+
+class TrainMlp : public Cohortrun {
+ protected:
+  void SetUp() override {
+    Cohortrun::SetUp();
+    if (examples_turned_off()) GTEST_SKIP() << "the build has COHORT_BUILD_EXAMPLES=OFF";
+    ASSERT_EQ(::access(train_mlp_path().c_str(), X_OK), 0) << train_mlp_path();
+  }
+};
+
+TEST_F(TrainMlp, CtrlCUnderCohortrunSavesAndExits75) {
+  // Ctrl-C at a terminal (SIGINT to cohortrun's process group) while training: cohortrun passes
+  // it on once, PreemptionWatch takes a first SIGINT like SIGTERM, the ranks save the step they
+  // reached and exit 75, and so does cohortrun.
+  const std::string folder = ::testing::TempDir() + "cohort-ctrl-c-" + std::to_string(::getpid());
+  std::filesystem::remove_all(folder);
+  Process process({cohortrun_path(), "--nproc-per-node", "2", train_mlp_path(), "--host", "--steps",
+                   "1000000", "--hidden", "32", "--layers", "2", "--global-batch", "64",
+                   "--log-every", "10", "--checkpoint-dir", folder},
+                  clean_environment(), /*own_group=*/true);
+  const bool training = process.read_until(
+      [](const std::string& out) {
+        return std::regex_search(out, std::regex(R"(\[rank 0\] step +\d+ +loss)"));
+      },
+      Seconds(120));
+  ::kill(-process.pid(), training ? SIGINT : SIGKILL);
+  const Result result = process.finish(Seconds(60));
+  std::smatch saved;
+  const bool found = std::regex_search(
+      result.out, saved,
+      std::regex(R"(\[rank 0\] train_mlp: preempted; saved step (\d+) and stopped)"));
+  std::string latest;
+  std::ifstream(folder + "/latest") >> latest;
+  std::filesystem::remove_all(folder);
+  ASSERT_TRUE(training) << "train_mlp never logged a step\n" << describe(result);
+  EXPECT_EQ(result.status, 75) << describe(result);
+  ASSERT_TRUE(found) << describe(result);
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "step-%012d", std::stoi(saved[1]));
+  EXPECT_EQ(latest, expected) << describe(result);
+  EXPECT_TRUE(contains(result.err, "received SIGINT; passing it to 2 ranks")) << describe(result);
 }
 
 }  // namespace

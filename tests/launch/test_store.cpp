@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,51 @@ struct TcpBackend {
 
 using Backends = ::testing::Types<MemoryBackend, FileBackend, TcpBackend>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Stores, StoreTest, Backends, BackendName);
+
+/// Upper-cases every value it sets and forwards the rest.
+class UpperCaseStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void set(std::string_view key, std::string_view value) override {
+    std::string upper(value);
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    ForwardingStore::set(key, upper);
+  }
+  std::unique_ptr<Store> clone() const override {
+    return std::make_unique<UpperCaseStore>(std::shared_ptr<Store>(base()->clone()));
+  }
+};
+
+TEST(ForwardingStoreTest, EveryCallItDoesNotChangeReachesTheBase) {
+  auto base = std::make_shared<MemoryStore>();
+  base->set_timeout(std::chrono::milliseconds(1234));
+  UpperCaseStore store(base);
+  EXPECT_EQ(store.timeout(), std::chrono::milliseconds(1234));
+  EXPECT_EQ(store.describe(), base->describe());
+
+  store.set("k", "value");
+  EXPECT_EQ(base->get("k"), "VALUE");
+  EXPECT_EQ(store.get("k", std::chrono::milliseconds(10)), "VALUE");
+  EXPECT_EQ(store.add("n", 5), 5);
+  EXPECT_EQ(base->add("n", 0), 5);
+  EXPECT_EQ(store.compare_set("c", "", "x"), "x");
+  EXPECT_EQ(base->get("c"), "x");
+  EXPECT_TRUE(store.check({"k", "n", "c"}));
+  store.wait({"k", "n"}, std::chrono::milliseconds(10));
+  EXPECT_TRUE(store.remove("k"));
+  EXPECT_FALSE(base->check({"k"}));
+  EXPECT_FALSE(store.check({"k"}));
+}
+
+TEST(ForwardingStoreTest, ANullBaseIsRefusedNamingTheWrapper) {
+  EXPECT_TRUE(cohort_test::contains(cohort_test::message_of<InvalidArgument>(
+                                        [] { UpperCaseStore store(nullptr, "UpperCaseStore"); }),
+                                    "UpperCaseStore needs a base store"));
+  EXPECT_TRUE(cohort_test::contains(
+      cohort_test::message_of<InvalidArgument>([] { PrefixStore store("p", nullptr); }),
+      "PrefixStore needs a base store"));
+}
 
 void write_file(const fs::path& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;

@@ -2,8 +2,8 @@
 
 // The one kernel the memory tests need (memory_test_kernels.cu).
 
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/stream.hpp>
-#include <cohort/memory/device_span.hpp>
 
 namespace cohort_test {
 

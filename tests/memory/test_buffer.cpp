@@ -1,8 +1,8 @@
 #include "resource_suite.hpp"
 #include "test_resources.hpp"
 
+#include <cohort/core/device_span.hpp>
 #include <cohort/memory/buffer.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/memory_report.hpp>
 

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "layout";
   try {
     cohort::WorldOptions options;
-    options.backend = cohort::BackendChoice::gloo;
+    options.backend = cohort::BackendChoice::host;
     cohort::World world = cohort::init(options);
     const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
     const int r = world.rank();

@@ -26,7 +26,7 @@ using cohort::bfloat16;
 
 cohort::WorldOptions host_options() {
   cohort::WorldOptions options;
-  options.backend = cohort::BackendChoice::gloo;
+  options.backend = cohort::BackendChoice::host;
   options.timeout = std::chrono::seconds(60);
   return options;
 }

@@ -11,6 +11,20 @@ function(run_step name)
 endfunction()
 
 run_step(install ${CMAKE_COMMAND} --install "${COHORT_BUILD_DIR}" --prefix "${prefix}")
+# The programs install too: the tools into bin/, the examples and benchmarks the build has into
+# libexec/cohort/ (which the container image puts on PATH).
+set(programs bin/cohortrun bin/cohort-doctor)
+foreach(built examples/train_mlp/train_mlp benchmarks/allreduce_bench)
+  if(EXISTS "${COHORT_BUILD_DIR}/${built}")
+    get_filename_component(name "${built}" NAME)
+    list(APPEND programs libexec/cohort/${name})
+  endif()
+endforeach()
+foreach(program IN LISTS programs)
+  if(NOT EXISTS "${prefix}/${program}")
+    message(FATAL_ERROR "the install has no ${program}")
+  endif()
+endforeach()
 run_step(configure ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build"
          -G "${GENERATOR}" -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run_step(build ${CMAKE_COMMAND} --build "${WORK_DIR}/build")

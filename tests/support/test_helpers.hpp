@@ -89,25 +89,9 @@ std::thread spawn(Body body) {
   });
 }
 
-/// `value` as a T (rounded to nearest for 16-bit floats).
-template <typename T>
-T from_double(double value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return T(static_cast<float>(value));
-  } else {
-    return static_cast<T>(value);
-  }
-}
-
-/// A T's value as a double (exact for every element type).
-template <typename T>
-double to_double(T value) {
-  if constexpr (std::is_same_v<T, cohort::half> || std::is_same_v<T, cohort::bfloat16>) {
-    return static_cast<double>(static_cast<float>(value));
-  } else {
-    return static_cast<double>(value);
-  }
-}
+// Elements of any dtype from and to double (cohort/core/dtype.hpp).
+using cohort::from_double;
+using cohort::to_double;
 
 /// Sets an environment variable for a scope and restores it after; only while no other thread
 /// reads the environment (before the ranks of a test start).

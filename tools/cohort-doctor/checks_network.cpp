@@ -148,7 +148,8 @@ Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInte
                           std::optional<std::string> hostname_address, int num_nodes) {
   Finding finding{Severity::ok, "Gloo socket interface", "", ""};
   const std::string available = "this host's IPv4 interfaces: " + all_interfaces(interfaces);
-  if (const auto spec = detail::lookup(environment, "GLOO_SOCKET_IFNAME"); spec && !spec->empty()) {
+  if (const auto spec = detail::lookup(environment, cohort::env::kGlooSocketIfname);
+      spec && !spec->empty()) {
     std::vector<std::string> present;
     std::string absent;
     for (const std::string_view name : split(*spec, ',')) {
@@ -185,8 +186,10 @@ Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInte
                       "and " + fallback;
     return finding;
   }
-  std::string master = detail::lookup(environment, "COHORT_MASTER_ADDR").value_or("");
-  if (master.empty()) master = detail::lookup(environment, "MASTER_ADDR").value_or("");
+  std::string master = detail::lookup(environment, cohort::env::kMasterAddr).value_or("");
+  if (master.empty()) {
+    master = detail::lookup(environment, cohort::env::kTorchMasterAddr).value_or("");
+  }
   finding.message = "across nodes the host backend (Gloo over TCP) binds the local address of the "
                     "route to the store host" + (master.empty() ? std::string() : " " + master) +
                     "; " + fallback + " (set GLOO_SOCKET_IFNAME to choose)";

@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
 
   if (token) {
     options.token = *token;
-  } else if (auto from_environment = cohort::env::text(cohort::env::kStoreToken)) {
-    options.token = *from_environment;
+  } else {
+    options.token = cohort::env::store_token();
   }
 
   // Block the stop signals before the server thread starts, so that it inherits the mask and the

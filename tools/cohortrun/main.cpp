@@ -15,16 +15,22 @@
 #include <cli_checks.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,6 +51,8 @@ struct Options {
   double kill_timeout_seconds = 5.0;
   double grace_seconds = 30.0;
   int max_restarts = 0;
+  double restart_delay_seconds = 1.0;
+  double max_restart_delay_seconds = 60.0;
   bool no_prefix = false;
   std::vector<std::string> command;
 };
@@ -75,6 +83,13 @@ std::string random_hex(std::size_t bytes) {
     hex.push_back(kDigits[byte & 0xf]);
   }
   return hex;
+}
+
+/// Seconds as "0.2", "1", "60".
+std::string format_seconds(double seconds) {
+  std::ostringstream text;
+  text << std::setprecision(3) << seconds;
+  return text.str();
 }
 
 /// Parses the command line; returns an exit status when cohortrun should stop (help, errors).
@@ -111,8 +126,18 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
       ->check(cli::number(0.0, 86400.0));
   app.add_option("--max-restarts", options.max_restarts,
                  "Restart every rank, with a fresh store, up to this many times when one fails "
-                 "(not when cohortrun itself is stopped by a signal); one node only")
+                 "(not when cohortrun itself is stopped by a signal, nor after a rank's status "
+                 "78); one node only")
       ->check(cli::whole(0, 1 << 20));
+  app.add_option("--restart-delay", options.restart_delay_seconds,
+                 "Seconds to wait before the first restart (default 1); each restart that "
+                 "follows an attempt shorter than --max-restart-delay waits twice as long as "
+                 "the one before, up to --max-restart-delay; a longer attempt starts again from "
+                 "this delay")
+      ->check(cli::number(0.0, 86400.0));
+  app.add_option("--max-restart-delay", options.max_restart_delay_seconds,
+                 "The longest wait before a restart, in seconds (default 60)")
+      ->check(cli::number(0.0, 86400.0));
   app.add_flag("--no-prefix", options.no_prefix,
                "Let the ranks write to cohortrun's stdout and stderr directly");
   app.footer(
@@ -120,8 +145,24 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
       "COHORT_LOCAL_WORLD_SIZE, COHORT_NODE_RANK, COHORT_NUM_NODES, COHORT_MASTER_ADDR, "
       "COHORT_MASTER_PORT, COHORT_RUN_ID, COHORT_RESTART_COUNT and COHORT_STORE_EXTERNAL=1 (and "
       "on one node a fresh COHORT_STORE_TOKEN unless one is set).\n"
-      "Exit status: 0 when every rank succeeds; else the first failing rank's status "
-      "(128 + signal when killed); 127 when PROGRAM cannot be run; 2 for usage errors.");
+      "Exit status:\n"
+      "  0      every rank exited 0\n"
+      "  75     preempted cleanly: cohortrun passed on a SIGTERM or SIGINT it received and\n"
+      "         every rank exited 75 (EX_TEMPFAIL: saved and stopped; requeue the job)\n"
+      "  78     a rank exited 78 (EX_CONFIG), whatever the others did: not restarted; the\n"
+      "         program says a restart cannot fix this (a checkpoint that can never load)\n"
+      "  128+N  cohortrun received signal N (SIGTERM: 143, SIGINT: 130) and the ranks did not\n"
+      "         all exit 0, nor all 75\n"
+      "  127    PROGRAM cannot be run\n"
+      "  2      usage error\n"
+      "  1      cohortrun itself failed (such as a store it cannot host)\n"
+      "  other  the first failing rank's status, when it failed before any signal reached\n"
+      "         cohortrun (128+N when signal N killed it; 75 when it saved and stopped on a\n"
+      "         signal of its own), once the others are stopped; with --max-restarts, that\n"
+      "         of the last attempt\n"
+      "A SIGTERM or SIGINT is passed to every rank, which then have --grace seconds to save\n"
+      "and exit; a second one kills them at once. The ranks run in process groups of their\n"
+      "own, so a terminal's Ctrl-C reaches them once, through cohortrun.");
   // Stop at PROGRAM: it and everything after it are the ranks' command line.
   app.prefix_command();
   auto usage_error = [&](const std::string& message) {
@@ -152,6 +193,11 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
     options.command.erase(options.command.begin());
   }
   if (options.command.empty()) return usage_error("no PROGRAM given");
+  if (options.max_restart_delay_seconds < options.restart_delay_seconds) {
+    return usage_error("--max-restart-delay " + format_seconds(options.max_restart_delay_seconds) +
+                       " is below --restart-delay " +
+                       format_seconds(options.restart_delay_seconds));
+  }
   if (options.node_rank >= options.nnodes) {
     return usage_error("--node-rank " + std::to_string(options.node_rank) +
                        " is not below --nnodes " + std::to_string(options.nnodes));
@@ -190,7 +236,8 @@ SuperviseOutcome run_once(Options options, int restart) {
   const bool single_node = options.nnodes == 1;
   const bool hosts_store = options.node_rank == 0;
 
-  std::optional<std::string> token = cohort::env::text(cohort::env::kStoreToken);
+  std::optional<std::string> token;
+  if (std::string given = cohort::env::store_token(); !given.empty()) token = std::move(given);
   if (single_node && !token) token = random_hex(16);
 
   std::unique_ptr<cohort::TcpStoreServer> server;
@@ -232,8 +279,7 @@ SuperviseOutcome run_once(Options options, int restart) {
     try {
       sizes = exchange_node_sizes({options.master_addr, options.master_port, token.value_or(""),
                                    options.run_id, options.node_rank, options.nnodes,
-                                   options.nproc_per_node,
-                                   env::duration(env::kTimeout).value_or(std::chrono::minutes(10))});
+                                   options.nproc_per_node, env::timeout()});
     } catch (const cohort::Error& error) {
       std::cerr << "cohortrun: node " << options.node_rank << " could not learn the other nodes' "
                 << "sizes: " << error.what() << "\n";
@@ -274,27 +320,93 @@ SuperviseOutcome run_once(Options options, int restart) {
   return supervise(supervisor_options, ranks);
 }
 
+/// Waits `seconds`, or until cohortrun receives SIGINT or SIGTERM; returns that signal, or 0.
+int wait_unless_signalled(double seconds) {
+  sigset_t stopping;
+  sigemptyset(&stopping);
+  sigaddset(&stopping, SIGINT);
+  sigaddset(&stopping, SIGTERM);
+  sigset_t previous;
+  ::sigprocmask(SIG_BLOCK, &stopping, &previous);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int received = 0;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    timespec timeout{static_cast<time_t>(left.count() / 1'000'000'000),
+                     static_cast<long>(left.count() % 1'000'000'000)};
+    const int signal_number = ::sigtimedwait(&stopping, nullptr, &timeout);
+    if (signal_number > 0) {
+      received = signal_number;
+      break;
+    }
+    if (errno != EINTR) break;  // EAGAIN: the time is up
+  }
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  return received;
+}
+
 /// Note [Restarts]: a failed attempt (a rank's non-zero status, including a rank that saved and
 /// stopped after a preemption signal) is followed by a new one while restarts remain, unless
-/// cohortrun itself received SIGINT or SIGTERM (then the machine is going away). Every attempt
-/// gets a new store server, port and run id on one node, so nothing of the failed world's keys
+/// cohortrun itself received SIGINT or SIGTERM (then the machine is going away), PROGRAM cannot
+/// be run (127), or a rank exited 78: EX_CONFIG, the program's way of saying that a restart
+/// cannot fix this (a checkpoint that can never load, a bad configuration). Every attempt gets a
+/// new store server, port and run id on one node, so nothing of the failed world's keys
 /// survives; the ranks find their place again by loading the latest checkpoint.
+///
+/// Restarts back off: the first waits --restart-delay, each next one twice the one before, up to
+/// --max-restart-delay. An attempt that ran at least --max-restart-delay was not failing in a
+/// loop (it outlived the longest wait), so the restart after it waits --restart-delay again.
+/// A SIGINT or SIGTERM during a wait ends the run with the last attempt's status. Between
+/// attempts both stay blocked (each supervisor blocks them as it ends and unblocks them once its
+/// handlers are in place), so one that comes while no supervisor runs is not lost to the default
+/// action: the wait takes it, or the next attempt's supervisor passes it on to the ranks.
+///
+/// A failure that repeats identically is not stopped early: the ranks' status cannot tell a
+/// deterministic error from a transient one (every rank whose peer died exits alike, whatever
+/// killed the peer), and their output differs in pids and times. A program that knows a restart
+/// cannot help says so with 78; the backoff bounds the cost of everything else.
 int run(Options options) {
   if (options.master_addr.empty()) options.master_addr = "127.0.0.1";
   if (options.master_port < 0) options.master_port = options.nnodes == 1 ? 0 : kDefaultMultiNodePort;
   const bool fixed_run_id = !options.run_id.empty();
+  double delay = options.restart_delay_seconds;
   for (int restart = 0;; ++restart) {
     Options attempt = options;
     if (!fixed_run_id) attempt.run_id.clear();
     else if (restart > 0) attempt.run_id += "-restart" + std::to_string(restart);
+    const auto started = std::chrono::steady_clock::now();
     const SuperviseOutcome outcome = run_once(attempt, restart);
+    const double ran =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const int restarts_left = options.max_restarts - restart;
+    if (outcome.unrecoverable_rank >= 0) {
+      std::cerr << "cohortrun: rank " << outcome.unrecoverable_rank << " exited with status "
+                << kUnrecoverableStatus << " (EX_CONFIG): the program says a restart cannot "
+                << "fix this";
+      if (restarts_left > 0 && outcome.received_signal == 0) {
+        std::cerr << "; not restarting (" << restarts_left << " restart"
+                  << (restarts_left == 1 ? "" : "s") << " left)";
+      }
+      std::cerr << "\n";
+    }
     constexpr int kCannotExecute = 127;  // restarting cannot help
-    if (outcome.status == 0 || outcome.status == kCannotExecute || outcome.received_signal != 0 ||
-        restart >= options.max_restarts) {
+    if (outcome.status == 0 || outcome.status == kCannotExecute ||
+        outcome.status == kUnrecoverableStatus || outcome.received_signal != 0 ||
+        restarts_left <= 0) {
       return outcome.status;
     }
+    if (ran >= options.max_restart_delay_seconds) delay = options.restart_delay_seconds;
     std::cerr << "cohortrun: the run failed with status " << outcome.status << "; restarting every "
-              << "rank (restart " << restart + 1 << " of " << options.max_restarts << ")\n";
+              << "rank in " << format_seconds(delay) << " s (restart " << restart + 1 << " of "
+              << options.max_restarts << ")" << std::endl;
+    if (const int signal_number = wait_unless_signalled(delay)) {
+      std::cerr << "cohortrun: received " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
+                << " while waiting to restart; not restarting\n";
+      return outcome.status;
+    }
+    delay = std::min(delay * 2, options.max_restart_delay_seconds);
   }
 }
 

@@ -34,6 +34,18 @@ extern "C" void on_signal(int signal_number) {
 
 constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGCHLD};
 
+/// SIGINT and SIGTERM, the signals that ask cohortrun to stop.
+const sigset_t& stopping_signals() {
+  static const sigset_t set = [] {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    return signals;
+  }();
+  return set;
+}
+
 /// Writes all of `text` to `fd`, riding out EINTR, short writes and a non-blocking terminal.
 /// Returns false when the reader is gone (EPIPE) or the descriptor fails.
 bool write_all(int fd, std::string_view text) {
@@ -60,6 +72,10 @@ void report(std::string_view message) {
 
 std::string errno_text(int error) {
   return std::strerror(error);
+}
+
+std::string signal_name(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "a signal";
 }
 
 std::string plural(std::size_t count, std::string_view noun) {
@@ -91,6 +107,7 @@ class Supervisor {
 
   int run(const std::vector<RankSpec>& specs);
   int received_signal() const noexcept { return received_signal_; }
+  int unrecoverable_rank() const noexcept { return unrecoverable_rank_; }
 
  private:
   void install_signal_handlers();
@@ -115,6 +132,8 @@ class Supervisor {
   std::optional<int> failure_status_;
   int received_signal_ = 0;
   bool any_rank_failed_ = false;
+  std::size_t preempted_ranks_ = 0;  ///< ranks that exited kPreemptedStatus
+  int unrecoverable_rank_ = -1;      ///< the first rank that exited kUnrecoverableStatus
   std::optional<Clock::time_point> kill_deadline_;
   std::chrono::milliseconds stop_timeout_{0};  ///< what kill_deadline_ was set from
   std::optional<Clock::time_point> drain_deadline_;
@@ -134,6 +153,9 @@ Supervisor::~Supervisor() {
     if (rank.stdout_fd >= 0) ::close(rank.stdout_fd);
     if (rank.stderr_fd >= 0) ::close(rank.stderr_fd);
   }
+  // SIGINT and SIGTERM stay blocked from here on: one that comes between attempts waits, pending,
+  // for cohortrun's wait to restart or the next attempt's handlers (Note [Restarts]).
+  ::sigprocmask(SIG_BLOCK, &stopping_signals(), nullptr);
   for (int signal_number : kHandledSignals) std::signal(signal_number, SIG_DFL);
   g_signal_pipe_write = -1;
   for (int fd : signal_pipe_) {
@@ -151,6 +173,8 @@ void Supervisor::install_signal_handlers() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (int signal_number : kHandledSignals) ::sigaction(signal_number, &action, nullptr);
+  // Blocked by an earlier attempt's supervisor as it ended; one pending now is handled at once.
+  ::sigprocmask(SIG_UNBLOCK, &stopping_signals(), nullptr);
   // A closed stdout must not kill cohortrun while its ranks run; the ranks get SIGPIPE back.
   std::signal(SIGPIPE, SIG_IGN);
 }
@@ -279,8 +303,8 @@ void Supervisor::handle_signals() {
       if (signal_number == SIGCHLD) continue;  // reap() runs every round anyway
       if (received_signal_ == 0) {
         received_signal_ = signal_number;
-        report(std::string("received ") + (signal_number == SIGINT ? "SIGINT" : "SIGTERM") +
-               "; passing it to " + plural(running_count(), "rank"));
+        report("received " + signal_name(signal_number) + "; passing it to " +
+               plural(running_count(), "rank"));
         signal_all(signal_number);
         stop_timeout_ = options_.grace;
         if (!kill_deadline_) kill_deadline_ = Clock::now() + options_.grace;
@@ -350,6 +374,11 @@ void Supervisor::reap() {
     // Pass on what the rank wrote last (often why it failed) before reporting its end.
     if (rank.stdout_fd >= 0) forward_output(rank.stdout_fd, rank.stdout_lines, STDOUT_FILENO);
     if (rank.stderr_fd >= 0) forward_output(rank.stderr_fd, rank.stderr_lines, STDERR_FILENO);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedStatus) ++preempted_ranks_;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kUnrecoverableStatus &&
+        unrecoverable_rank_ < 0) {
+      unrecoverable_rank_ = rank.rank;
+    }
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) on_rank_failed(rank, status);
   }
 }
@@ -431,7 +460,16 @@ int Supervisor::run(const std::vector<RankSpec>& specs) {
     }
   }
 
+  if (unrecoverable_rank_ >= 0) return kUnrecoverableStatus;
   if (failure_status_) return *failure_status_;
+  if (received_signal_ != 0 && preempted_ranks_ == specs.size() && ranks_.size() == specs.size()) {
+    // Every rank saved and stopped when asked to: a clean preemption, for a job script to
+    // requeue, not a failure by the signal.
+    report("every rank exited with status " + std::to_string(kPreemptedStatus) +
+           " (saved and stopped after the " + signal_name(received_signal_) + "); exiting with " +
+           std::to_string(kPreemptedStatus));
+    return kPreemptedStatus;
+  }
   if (received_signal_ != 0 && any_rank_failed_) return 128 + received_signal_;
   return 0;
 }
@@ -441,7 +479,7 @@ int Supervisor::run(const std::vector<RankSpec>& specs) {
 SuperviseOutcome supervise(const SupervisorOptions& options, const std::vector<RankSpec>& ranks) {
   Supervisor supervisor(options);
   const int status = supervisor.run(ranks);
-  return SuperviseOutcome{status, supervisor.received_signal()};
+  return SuperviseOutcome{status, supervisor.received_signal(), supervisor.unrecoverable_rank()};
 }
 
 }  // namespace cohortrun

@@ -31,19 +31,29 @@ struct SupervisorOptions {
   std::chrono::milliseconds grace{30000};
 };
 
+/// A rank's exit status saying "saved a checkpoint and stopped because it was asked to; run me
+/// again later" (EX_TEMPFAIL; cohort::kPreemptedExitStatus).
+inline constexpr int kPreemptedStatus = 75;
+/// A rank's exit status saying "a restart cannot fix this" (EX_CONFIG: a checkpoint that can
+/// never load, a bad configuration): never restarted.
+inline constexpr int kUnrecoverableStatus = 78;
+
 /// How one supervised run ended.
 struct SuperviseOutcome {
-  int status = 0;             ///< cohortrun's exit status for this run (below)
-  int received_signal = 0;    ///< SIGINT or SIGTERM when cohortrun itself was asked to stop
+  int status = 0;               ///< cohortrun's exit status for this run (below)
+  int received_signal = 0;      ///< SIGINT or SIGTERM when cohortrun itself was asked to stop
+  int unrecoverable_rank = -1;  ///< the first rank that exited kUnrecoverableStatus, or -1
 };
 
 /// Runs every rank to the end and returns cohortrun's exit status:
 /// - 0 when every rank exits 0;
+/// - 78 when any rank exits 78 (kUnrecoverableStatus), whatever the others did;
 /// - the status of the first rank that fails (its exit code, or 128 + the signal that killed
 ///   it), after the others were sent SIGTERM and, past `kill_timeout`, SIGKILL;
 /// - 127 when PROGRAM cannot be executed;
-/// - 128 + the signal when cohortrun received SIGINT or SIGTERM (forwarded to every rank, which
-///   then have `grace` before SIGKILL) and a rank did not exit 0.
+/// - when cohortrun received SIGINT or SIGTERM (forwarded to every rank, which then have `grace`
+///   before SIGKILL): 75 when every rank exits 75 (each saved and stopped: a clean preemption),
+///   else 128 + the signal unless every rank exits 0.
 ///
 /// Note [Supervising ranks]: each rank runs in its own process group, so that a signal reaches
 /// the whole tree the rank started (a shell and its children) and a terminal's Ctrl-C reaches

@@ -5,13 +5,20 @@
 /// interrupted at any instant resumes exactly where its last checkpoint left it.
 ///
 ///     cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = "ckpt", .keep_last = 3});
-///     cohort::TrainingState state;
-///     if (auto loaded = checkpoints.load()) state = *loaded;     // resume from `latest`
-///     for (; state.step < steps; ++state.step) {
-///       train_one_step(batch_at(seed, state.epoch, state.data_position));
-///       state.data_position += global_batch;
-///       if ((state.step + 1) % every == 0) checkpoints.save_async(next_state(state));
+///     cohort::TrainingState state;                         // step 0: a fresh start
+///     if (auto loaded = checkpoints.load()) {              // resume from `latest`
+///       state = *loaded;
+///       state.seek(sampler);                               // the batch after the saved step
 ///     }
+///     while (state.step < steps) {
+///       train_one_step(sampler.next_batch());              // forward, backward, optimizer step
+///       state = cohort::TrainingState::at(state.step + 1, sampler);  // the state AFTER the step
+///       if (state.step % every == 0) checkpoints.save_async(state);
+///     }
+///
+/// The state saved is the one after the step: its count and the sampler's position once the
+/// step's batch was taken. A state from before the step would make a resumed run train that step
+/// again. docs/checkpoint.md has the whole program, with preemption, compiled and run by the tests.
 ///
 /// What is saved: the parameter arena, every state array of the optimizer (momentum, AdamW
 /// moments, fp32 master weights; a ZeRO-1 optimizer's shards), its steps taken (the schedule's
@@ -28,7 +35,7 @@
 ///      once every rank reported success, it writes the manifest, fsyncs the folder, renames it
 ///      to `step-N`, fsyncs `<directory>`, then renames the temporary file over `latest`, fsyncs
 ///      `<directory>`, and deletes all but the newest `keep_last` checkpoints (Note [Checkpoint
-///      deletion] in checkpoint.cpp);
+///      deletion] in deletion.cpp);
 ///   4. rank 0 reports the outcome; every rank returns, or throws the first error.
 /// A crash before the rename leaves only an `.incomplete-` folder, which no load looks at; a crash
 /// between the rename and the move of `latest` leaves a complete folder that `latest` does not name
@@ -54,11 +61,35 @@
 /// (`Optimizer::write_after`), so the copy overlaps the next step's forward and backward, which
 /// read the parameters and do not write them. On the host there is no such copy: the writer reads
 /// the arrays in place and the optimizer's next `step()` first has it hand over what it has not
-/// read (Note [Checkpoint in place] in checkpoint.cpp). Without an optimizer nothing marks the
+/// read (Note [Checkpoint in place] in snapshot.cpp). Without an optimizer nothing marks the
 /// next write of the parameters, so `save_async` waits for the copy, or on the host stages
 /// everything itself. The background writer waits for the copy before it checksums and writes the
 /// file. After `save_async`, nothing but the optimizer's step may write the parameters or the
 /// optimizer's state until the save has finished (`wait()`).
+///
+/// Note [Checkpoint optimizer state]
+/// A checkpoint without the optimizer's state resumes with its moments and step count at zero:
+/// the run goes on, diverges from the uninterrupted one, and says nothing. So leaving the state
+/// out is a choice made by name, `cohort::without_optimizer`, never by a null pointer (an error),
+/// and it is checked: the optimizers register the arena they step (`optimizers_stepping`), and a
+/// Checkpointer built without one refuses, with an `InvalidArgument` naming the optimizer, to be
+/// built, to save or to load while an optimizer steps its parameters. An error, not a warning:
+/// what it prevents is a silent, permanent change of the run, and the fix is one argument; the
+/// checks at construction and at the load come before the first step of a run, so the error
+/// costs no training. A checkpoint saved without optimizer state does not load into a
+/// Checkpointer that has an optimizer either (`UnloadableCheckpoint`).
+///
+/// Note [Resharding exactness]
+/// A checkpoint loads exactly on any number of ranks: every element of the parameters and of the
+/// optimizer's state comes back bit for bit, re-split over the new ranks. The steps after it are
+/// bitwise equal to the uninterrupted run only on the same number of ranks (with the same
+/// communicator and global batch): each rank's gradient is its mean over its slice of the global
+/// batch, averaged over the ranks, and on another number of ranks those sums are taken in
+/// another order: each step's gradient differs from the uninterrupted run's in its last bits, and
+/// training carries those differences on. The run stays within rounding of the uninterrupted one;
+/// it is not bitwise equal to it (unless every sum happens to round alike, as with gradients that
+/// are exact in their dtype). A load on another number of ranks says so in one log line on
+/// rank 0.
 ///
 /// Threads: a Checkpointer is used by its rank's thread; the asynchronous writer is its own.
 
@@ -67,41 +98,59 @@
 #include <cohort/optim/loss_scaler.hpp>
 #include <cohort/optim/optimizer.hpp>
 
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace cohort {
 
+class DistributedSampler;
+
 /// The program's position, saved with the arenas.
 struct TrainingState {
-  std::int64_t step = 0;             ///< steps completed
+  std::int64_t step = 0;  ///< steps completed
   std::uint64_t epoch = 0;
   /// Samples of `epoch` consumed over all ranks. It does not depend on the world size, so a run
   /// resumed on another number of ranks derives its ranks' positions from it.
   std::uint64_t data_position = 0;
-  std::string user_blob;             ///< the program's own bytes; rank 0's are saved
+  std::string user_blob;  ///< the program's own bytes; rank 0's are saved
+
+  /// The state once `steps` steps are done and `sampler` stands where it hands out the next
+  /// batch: call it after the step, with the step counted (`state.step + 1`). Its data position is
+  /// the sampler's, in samples over all ranks.
+  static TrainingState at(std::int64_t steps, const DistributedSampler& sampler,
+                          std::string user_blob = {});
+
+  /// Moves `sampler` to this state's epoch and data position, where the run that saved it would
+  /// have taken its next batch; on any number of ranks.
+  /// @throws InvalidArgument when the data position is not a whole number of the sampler's global
+  ///         batches (the checkpoint was saved with another global batch).
+  void seek(DistributedSampler& sampler) const;
 };
+
+/// Says that a Checkpointer saves and loads no optimizer state (Note [Checkpoint optimizer
+/// state]): `Checkpointer(dp, cohort::without_optimizer, options)`.
+struct WithoutOptimizer {
+  explicit WithoutOptimizer() = default;
+};
+inline constexpr WithoutOptimizer without_optimizer{};
 
 /// The instants of a save at which a test can stop it (Note [Checkpoint publish]).
 enum class SavePoint : std::uint8_t {
-  shard_started,   ///< on every rank: its file is about to be written, nothing of it read yet
-  shard_written,   ///< on every rank: its file is written and fsynced, not yet reported
-  before_rename,   ///< on rank 0: the manifest is written, the folder not yet renamed
-  before_latest,   ///< on rank 0: the folder is renamed, `latest` not yet moved
+  shard_started,  ///< on every rank: its file is about to be written, nothing of it read yet
+  shard_written,  ///< on every rank: its file is written and fsynced, not yet reported
+  before_rename,  ///< on rank 0: the manifest is written, the folder not yet renamed
+  before_latest,  ///< on rank 0: the folder is renamed, `latest` not yet moved
 };
 
 struct CheckpointOptions {
   /// Where checkpoints go: every rank must see the same folder (a shared file system across
   /// nodes). Created when missing.
-  std::filesystem::path directory;
+  std::filesystem::path directory = {};
   /// Checkpoints kept after a save (the newest ones); 0 keeps all.
   int keep_last = 3;
   /// Load: when the checkpoint `latest` names fails its checks, try older ones, newest first.
@@ -119,21 +168,34 @@ struct CheckpointOptions {
   bool direct_io = true;
   /// Called at each `SavePoint` (tests: throw from it to abandon the save there). The variable
   /// `COHORT_CHECKPOINT_CRASH_AT=<point>[:<rank>]` (points: shard_started, shard_written,
-  /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with processes.
+  /// before_rename, before_latest) instead kills the process with SIGKILL there, for tests with
+  /// processes.
   std::function<void(SavePoint)> test_hook = nullptr;
 };
 
 class Checkpointer {
  public:
-  /// Saves and loads `dp`'s parameters and, when given, `optimizer`'s state and `scaler`'s
-  /// state. They must outlive the Checkpointer. Not collective.
-  /// @throws InvalidArgument for an empty directory or a negative `keep_last`.
+  /// Saves and loads `dp`'s parameters, `optimizer`'s state (the optimizer stepping them) and,
+  /// when given, `scaler`'s state. They must outlive the Checkpointer. Not collective.
+  /// @throws InvalidArgument for a null optimizer (Note [Checkpoint optimizer state]), one that
+  ///         steps other parameters, an empty directory or a negative `keep_last`.
   Checkpointer(DataParallel& dp, Optimizer* optimizer, CheckpointOptions options,
                LossScaler* scaler = nullptr);
+  /// Saves and loads `dp`'s parameters alone, where no optimizer steps them (evaluation,
+  /// hand-written updates). Not collective.
+  /// @throws InvalidArgument while an optimizer steps `dp`'s parameters (then, and at every save
+  ///         and load: Note [Checkpoint optimizer state]), or for bad options.
+  Checkpointer(DataParallel& dp, WithoutOptimizer, CheckpointOptions options);
+  /// Not a way to leave the optimizer's state out: pass `&optimizer`, or
+  /// `cohort::without_optimizer`.
+  Checkpointer(DataParallel& dp, std::nullptr_t, CheckpointOptions options,
+               LossScaler* scaler = nullptr) = delete;
   /// Waits for an asynchronous save in flight (its error, if any, is logged).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
+  Checkpointer(Checkpointer&&) = delete;
+  Checkpointer& operator=(Checkpointer&&) = delete;
 
   /// Saves `state` and the arenas as checkpoint `state.step` and returns its folder once every
   /// rank's part is durable and `latest` names it. Collective. Waits for the work enqueued on the
@@ -159,44 +221,21 @@ class Checkpointer {
   bool save_in_flight() const noexcept;
 
   /// Loads the checkpoint `latest` names (Note [Checkpoint load]); nothing when the directory
-  /// has none (a fresh start). Collective.
-  /// @throws CheckpointError when it fails its checks (all of them, with `fallback`).
+  /// has none (a fresh start). Collective. On another number of ranks than the checkpoint's,
+  /// rank 0 logs what exactness to expect (Note [Resharding exactness]).
+  /// @throws UnloadableCheckpoint when it can never load into this program (another model or
+  ///         optimizer, damaged, ...; all of them, with `fallback`), saying what to do;
+  ///         CheckpointError when reading failed.
   std::optional<TrainingState> load();
 
-  /// Loads the checkpoint in `folder`. Collective. @throws CheckpointError as `load`.
+  /// Loads the checkpoint in `folder`. Collective. @throws as `load`.
   TrainingState load(const std::filesystem::path& folder);
 
-  const CheckpointOptions& options() const noexcept { return options_; }
-
-  struct Array;     ///< one array this rank saves and loads (checkpoint_parts.hpp)
-  struct Snapshot;  ///< one save's host copy (checkpoint_parts.hpp)
+  const CheckpointOptions& options() const noexcept;
 
  private:
-  std::string key_prefix() const;
-  void snapshot(const TrainingState& state, Snapshot& into);
-  void write_and_publish(Snapshot& snapshot);
-  void publish(Snapshot& snapshot, const std::vector<std::string>& reports);
-  /// Hides the folders `names` under `root` and deletes them on a thread (Note [Checkpoint
-  /// deletion]); waits for the previous deletion first.
-  void delete_in_background(const std::filesystem::path& root, const std::vector<std::string>& names);
-  void finish_deleting() noexcept;
-  /// Tries one checkpoint on every rank; returns the state, or the first error when any rank
-  /// failed (the same on every rank).
-  std::optional<TrainingState> try_load(const std::filesystem::path& folder, std::string& error);
-
-  DataParallel& dp_;
-  Optimizer* optimizer_;
-  LossScaler* scaler_;
-  CheckpointOptions options_;
-  std::vector<Array> arrays_;
-  std::unique_ptr<Store> store_;        ///< this rank's own connection (the writer uses it)
-  std::unique_ptr<Snapshot> snapshot_;  ///< the one staging area, reused
-  std::thread writer_;
-  std::atomic<bool> writing_{false};  ///< the writer has not finished yet
-  std::exception_ptr writer_error_;
-  std::thread deleter_;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
-  std::uint64_t saves_ = 0;
-  std::uint64_t loads_ = 0;
+  struct Impl;  // src/checkpoint/checkpointer_impl.hpp
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace cohort

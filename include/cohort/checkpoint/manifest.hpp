@@ -34,6 +34,17 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+/// A checkpoint that can never load into this program, however often it restarts: saved from
+/// another model, without the optimizer state or the loss scaler this program has, on another
+/// number of ranks without `allow_resharding`, in a newer format, or damaged (with no older one to
+/// fall back to). The message says what to do. `exit_status_for` maps it to
+/// `kConfigErrorExitStatus` (exit_status.hpp): do not restart.
+/// A failure to read (an I/O error) is a plain CheckpointError: a restart may get past it.
+class UnloadableCheckpoint : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 /// The format this version of cohort writes; it reads this one and older ones.
 inline constexpr int kCheckpointFormatVersion = 1;
 

@@ -21,30 +21,36 @@
 
 namespace cohort {
 
+/// Where the world's collectives run: on the GPUs (NCCL) or on the host. Which host backend
+/// (shared memory, Gloo, or the two combined) follows from `WorldOptions::host_transport` and
+/// where the ranks run; `World::backend()` says what was decided.
 enum class BackendChoice : std::uint8_t {
-  automatic,  ///< NCCL when this process sees a GPU (and cohort has CUDA), else Gloo
-  nccl,
-  gloo,  ///< the host backend (shared memory within a host, Gloo across; see HostTransport)
+  automatic,  ///< NCCL when this process sees a GPU (and cohort has CUDA), else the host
+  nccl,       ///< NCCL on the GPUs; an error where none is visible
+  host,       ///< host memory: shared memory within a host, Gloo across (see HostTransport)
+  /// The old name of `host`, which never meant Gloo alone (that is `HostTransport::gloo`).
+  gloo [[deprecated("BackendChoice::gloo is the host backend: use BackendChoice::host (and "
+                    "HostTransport::gloo for Gloo everywhere)")]] = host,
 };
 
 struct WorldOptions {
   BackendChoice backend = BackendChoice::automatic;
   /// Deadline of every collective and of forming the world. Unset: `COHORT_TIMEOUT` (e.g. "600",
-  /// "90s", "10m", "500ms"), else 10 minutes.
-  std::optional<std::chrono::milliseconds> timeout;
+  /// "90s", "10m", "500ms"), else `kDefaultTimeout` (10 minutes).
+  std::optional<std::chrono::milliseconds> timeout = std::nullopt;
   /// Where the ranks are; unset: `LaunchInfo::from_environment()`.
-  std::optional<LaunchInfo> launch;
+  std::optional<LaunchInfo> launch = std::nullopt;
   /// The store the ranks meet through; unset: `connect_store(launch)`.
-  std::shared_ptr<Store> store;
+  std::shared_ptr<Store> store = nullptr;
   /// Check that every rank issues the same collectives (slow; for debugging). Unset:
   /// `COHORT_DEBUG_COLLECTIVES=1`.
-  std::optional<bool> debug_collectives;
+  std::optional<bool> debug_collectives = std::nullopt;
   /// Group ranks into nodes of this many consecutive ranks instead of by host name; lets
   /// `run_local` model several nodes in one process (0: by host name).
   int ranks_per_node = 0;
   /// How host communicators move data (see `HostTransport`). Unset: `COHORT_HOST_TRANSPORT`
   /// (shm, gloo or auto), else automatic.
-  std::optional<HostTransport> host_transport;
+  std::optional<HostTransport> host_transport = std::nullopt;
 };
 
 class World {
@@ -63,8 +69,9 @@ class World {
 
   /// The device this rank works on: the local_rank-th GPU, or the host.
   Device device() const noexcept;
-  /// The global communicator's backend: nccl, or on the host shm (one host), hierarchical
-  /// (several hosts), or gloo (forced, or uneven ranks per host).
+  /// The global communicator's backend, decided once before any communicator existed: nccl, or
+  /// on the host shm (one host), hierarchical (several hosts, as many ranks on each), or gloo
+  /// (forced, or uneven ranks per host).
   Backend backend() const noexcept;
 
   /// Every rank.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace cohort {
 
@@ -69,6 +70,28 @@ template <> struct DTypeOf<std::uint8_t> { static constexpr DType value = DType:
 template <typename T>
 constexpr DType dtype_of() noexcept {
   return DTypeOf<T>::value;
+}
+
+/// `value` as an element of type T: through float, rounding to nearest even, for `half` and
+/// `bfloat16`; as `static_cast` converts it otherwise. With `to_double`, a way to write and read
+/// the elements of any dtype in code written once for all (`visit_dtype`).
+template <typename T>
+T from_double(double value) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return T(static_cast<float>(value));
+  } else {
+    return static_cast<T>(value);
+  }
+}
+
+/// An element's value as a double, exact for every element type.
+template <typename T>
+double to_double(T value) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return static_cast<double>(static_cast<float>(value));
+  } else {
+    return static_cast<double>(value);
+  }
 }
 
 /// Calls `fn(T{})` with the C++ type of `dtype`: a single switch that the rest of the code reuses

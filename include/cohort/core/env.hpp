@@ -1,13 +1,16 @@
 #pragma once
 
 /// @file
-/// Every `COHORT_*` environment variable, and the one place that reads and parses them.
+/// Every environment variable cohort reads, `COHORT_*` and those of other programs (torchrun's
+/// `RANK`, Slurm's `SLURM_PROCID`, Gloo's `GLOO_SOCKET_IFNAME`...), and the one place that reads
+/// and parses them; the default deadline.
 ///
 /// Code elsewhere names a variable by its constant here and reads it through `env::text`,
-/// `env::boolean` or `env::duration`, so a bad value is always an `InvalidArgument` naming the
-/// variable, what it held and what to set, and a switch means the same wherever it is read.
-/// Variables of other programs (torchrun's `RANK`, Slurm's `SLURM_PROCID`...) are read by the
-/// launch layer through the same `EnvLookup`. Empty values count as unset.
+/// `env::boolean` or `env::duration` (the launch layer through an `EnvLookup`, so that tests can
+/// give it an environment of their own), so a bad value is always an `InvalidArgument` naming
+/// the variable, what it held and what to set, and a switch means the same wherever it is read.
+/// Empty values count as unset. Only cohortrun (which passes its whole environment on to the
+/// ranks) and cohort-doctor (which reports what is set) look at the environment as a whole.
 
 #include <chrono>
 #include <functional>
@@ -16,6 +19,11 @@
 #include <string_view>
 
 namespace cohort {
+
+/// The deadline when neither the program nor `COHORT_TIMEOUT` gives one: of forming a world, of
+/// its collectives and store calls, of cohortrun's exchanges between nodes, and of a store call
+/// made without one (`Store::kDefaultTimeout`).
+inline constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::minutes(10)};
 
 /// Looks up an environment variable; returns nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
@@ -30,7 +38,7 @@ namespace env {
 /// Log level: error, warn (default), info or debug.
 inline constexpr std::string_view kLogLevel = "COHORT_LOG_LEVEL";
 /// Deadline of forming a world, of every store call made for it and of every collective: a
-/// duration (`600`, `90s`, `10m`, `500ms`; default 10 minutes).
+/// duration (`600`, `90s`, `10m`, `500ms`; default `kDefaultTimeout`, 10 minutes).
 inline constexpr std::string_view kTimeout = "COHORT_TIMEOUT";
 /// Boolean: exchange each collective's signature through the store before running it and name
 /// the rank that differs (slow; for debugging). Default off.
@@ -102,6 +110,101 @@ inline constexpr std::string_view kPython = "COHORT_PYTHON";
 /// The top build folder, which ctest gives every test so that it finds the programs it runs.
 inline constexpr std::string_view kTestBinaryDir = "COHORT_TEST_BINARY_DIR";
 
+// ---- Variables of other programs that cohort reads ----------------------------------------------
+// The launchers' are read only where no COHORT_* variable says the same
+// (Note [Launch variable precedence]).
+
+/// The folder for temporary files (a failed rank's recent collectives); /tmp when unset.
+inline constexpr std::string_view kTmpDir = "TMPDIR";
+/// Gloo: the network interface its TCP device binds (Note [Choosing the address]).
+inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+
+// torchrun (PyTorch's elastic launcher) and its agent.
+/// Rank of this process in the run.
+inline constexpr std::string_view kTorchRank = "RANK";
+/// Number of processes in the run.
+inline constexpr std::string_view kTorchWorldSize = "WORLD_SIZE";
+/// Rank of this process among those of its node.
+inline constexpr std::string_view kTorchLocalRank = "LOCAL_RANK";
+/// Number of processes on this node.
+inline constexpr std::string_view kTorchLocalWorldSize = "LOCAL_WORLD_SIZE";
+/// Index of this node's agent: the node.
+inline constexpr std::string_view kTorchGroupRank = "GROUP_RANK";
+/// Number of agents: the nodes.
+inline constexpr std::string_view kTorchGroupWorldSize = "GROUP_WORLD_SIZE";
+/// Host of the rendezvous store (also set by other launchers, and by hand).
+inline constexpr std::string_view kTorchMasterAddr = "MASTER_ADDR";
+/// Port of the rendezvous store.
+inline constexpr std::string_view kTorchMasterPort = "MASTER_PORT";
+/// The run's id ("none" when torchrun was given none).
+inline constexpr std::string_view kTorchRunId = "TORCHELASTIC_RUN_ID";
+/// How many times the agent has restarted the workers.
+inline constexpr std::string_view kTorchRestartCount = "TORCHELASTIC_RESTART_COUNT";
+/// Boolean: the agent's own store serves the ranks (Note [torchrun's agent store]).
+inline constexpr std::string_view kTorchUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+/// Where a failing rank writes its error for torchrun's summary (`record_failure`).
+inline constexpr std::string_view kTorchErrorFile = "TORCHELASTIC_ERROR_FILE";
+
+// Open MPI's mpirun.
+/// Rank of this process in the job.
+inline constexpr std::string_view kOmpiRank = "OMPI_COMM_WORLD_RANK";
+/// Number of processes in the job.
+inline constexpr std::string_view kOmpiSize = "OMPI_COMM_WORLD_SIZE";
+/// Rank of this process among those of its node.
+inline constexpr std::string_view kOmpiLocalRank = "OMPI_COMM_WORLD_LOCAL_RANK";
+/// Number of processes on this node.
+inline constexpr std::string_view kOmpiLocalSize = "OMPI_COMM_WORLD_LOCAL_SIZE";
+/// The job's id under Open MPI 4 (ORTE).
+inline constexpr std::string_view kOmpiJobId = "OMPI_MCA_ess_base_jobid";
+/// The job's PMIx namespace under Open MPI 5 (PRRTE): its id.
+inline constexpr std::string_view kPmixNamespace = "PMIX_NAMESPACE";
+
+// MPICH's Hydra (mpiexec).
+/// Rank of this process in the job.
+inline constexpr std::string_view kPmiRank = "PMI_RANK";
+/// Number of processes in the job.
+inline constexpr std::string_view kPmiSize = "PMI_SIZE";
+/// Rank of this process among those of its node.
+inline constexpr std::string_view kMpiLocalRankId = "MPI_LOCALRANKID";
+/// Number of processes on this node.
+inline constexpr std::string_view kMpiLocalRanks = "MPI_LOCALNRANKS";
+/// The job's id.
+inline constexpr std::string_view kPmiJobId = "PMI_JOBID";
+
+// Slurm's srun. Where two name the same thing, the step's (first) wins over the job's.
+/// Rank of this task in the step.
+inline constexpr std::string_view kSlurmProcId = "SLURM_PROCID";
+/// Number of tasks of the step.
+inline constexpr std::string_view kSlurmStepNumTasks = "SLURM_STEP_NUM_TASKS";
+/// Number of tasks (of the job, under sbatch).
+inline constexpr std::string_view kSlurmNumTasks = "SLURM_NTASKS";
+/// Rank of this task among those of its node.
+inline constexpr std::string_view kSlurmLocalId = "SLURM_LOCALID";
+/// Index of this task's node.
+inline constexpr std::string_view kSlurmNodeId = "SLURM_NODEID";
+/// Number of nodes of the step.
+inline constexpr std::string_view kSlurmStepNumNodes = "SLURM_STEP_NUM_NODES";
+/// Number of nodes (of the allocation).
+inline constexpr std::string_view kSlurmNumNodes = "SLURM_NNODES";
+/// Number of nodes of the job.
+inline constexpr std::string_view kSlurmJobNumNodes = "SLURM_JOB_NUM_NODES";
+/// Tasks on each node of the step, like `2(x3),1`.
+inline constexpr std::string_view kSlurmStepTasksPerNode = "SLURM_STEP_TASKS_PER_NODE";
+/// Tasks on each node (of the job), like `2(x3),1`.
+inline constexpr std::string_view kSlurmTasksPerNode = "SLURM_TASKS_PER_NODE";
+/// The job's id.
+inline constexpr std::string_view kSlurmJobId = "SLURM_JOB_ID";
+/// The step's id within the job.
+inline constexpr std::string_view kSlurmStepId = "SLURM_STEP_ID";
+/// The step's id within the job, older Slurm's name.
+inline constexpr std::string_view kSlurmStepIdOld = "SLURM_STEPID";
+/// The step's nodes, like `node[1-4]`: the first hosts the store.
+inline constexpr std::string_view kSlurmStepNodeList = "SLURM_STEP_NODELIST";
+/// The job's nodes.
+inline constexpr std::string_view kSlurmJobNodeList = "SLURM_JOB_NODELIST";
+/// The job's nodes, older Slurm's name.
+inline constexpr std::string_view kSlurmNodeList = "SLURM_NODELIST";
+
 // ---- Reading and parsing --------------------------------------------------------------------------
 
 /// The value of `name`, or nullopt when it is unset or empty.
@@ -137,6 +240,14 @@ std::optional<std::chrono::milliseconds> duration(std::string_view name, Duratio
 
 /// "10 ms", "1.5 s", "10 min", "2 h": a duration in words, for messages.
 std::string describe_duration(std::chrono::milliseconds duration);
+
+/// The deadline: `COHORT_TIMEOUT`, else `kDefaultTimeout`. @throws as `parse_duration`.
+std::chrono::milliseconds timeout();
+
+/// The token of cohort's TCP store (`COHORT_STORE_TOKEN`) in `lookup`: what a client presents
+/// and a server requires. Empty when unset: no token. The one place the token is read.
+std::string store_token(const EnvLookup& lookup);
+std::string store_token();
 
 }  // namespace env
 }  // namespace cohort

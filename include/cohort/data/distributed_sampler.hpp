@@ -23,8 +23,8 @@
 /// temporaries from cohort's device pool); on the host they run on the host. Both give the same
 /// permutation bit for bit (Note [Sampler permutation] in distributed_sampler.cpp).
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/memory_resource.hpp>
 
@@ -60,7 +60,7 @@ struct SamplerOptions {
   LastBatch last_batch = LastBatch::drop;
   /// Memory for the permutation and the device sort's temporaries. Null: a device pool of the
   /// sampler's own on a GPU, host memory on the host.
-  std::shared_ptr<MemoryResource> resource;
+  std::shared_ptr<MemoryResource> resource = nullptr;
 };
 
 /// Where a sampler stands: the next batch it hands out is step `step` of epoch `epoch`. Saved in

@@ -117,7 +117,9 @@
 /// Every parameter must be marked ready once per synchronized step (a second mark in the same
 /// step is an error). A parameter still unmarked at `sync_grads()` is an error naming it, unless
 /// `unused_params = UnusedParams::zero`: then its gradient is zeroed on the compute stream and
-/// reduced as a zero gradient. A parameter marked during a `no_sync` window of the same
+/// reduced as a zero gradient, which is right for a parameter the step did not use and wrong for
+/// one whose gradient was written but not marked (it is thrown away): the error therefore leads
+/// with the mark. A parameter marked during a `no_sync` window of the same
 /// accumulation counts as ready with its accumulated gradient. Every rank issues the same
 /// collectives either way, so ranks that use different parameters cannot desynchronize.
 ///
@@ -139,9 +141,9 @@
 /// Threads: a DataParallel is used by one thread at a time (the rank's thread).
 
 #include <cohort/comm/communicator.hpp>
-#include <cohort/comm/types.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/ddp/bucket_sizing.hpp>
 #include <cohort/ddp/param_registry.hpp>
@@ -170,7 +172,7 @@ enum class GradientSync : std::uint8_t {
 /// parameters]).
 enum class UnusedParams : std::uint8_t {
   error,  ///< throw InvalidArgument naming it
-  zero,   ///< reduce it as a zero gradient
+  zero,   ///< zero its gradient and reduce that (one written but not marked is lost)
 };
 
 /// The element type on the wire (Note [Wire compression]).

@@ -14,6 +14,8 @@
 /// one object may be serialised; a thread that blocks on the store for long (a watchdog) should
 /// use its own `clone()`.
 
+#include <cohort/core/env.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,8 +30,8 @@ using Milliseconds = std::chrono::milliseconds;
 
 class Store {
  public:
-  /// The deadline a blocking call uses when none is given.
-  static constexpr Milliseconds kDefaultTimeout{std::chrono::minutes(5)};
+  /// The deadline a blocking call uses when none is given: cohort's one default deadline.
+  static constexpr Milliseconds kDefaultTimeout = ::cohort::kDefaultTimeout;
 
   virtual ~Store() = default;
   Store(const Store&) = delete;
@@ -81,11 +83,17 @@ class Store {
   Milliseconds timeout_ = kDefaultTimeout;
 };
 
-/// A view of another store whose keys all start with `prefix` + "/". Collectives, communicators
-/// and tests use one each so that their keys never collide.
-class PrefixStore final : public Store {
+/// A store that passes every call to another, `base()`: the base of the stores that wrap one and
+/// change its keys (`PrefixStore`, through `key_in_base`) or some of its calls (the world's
+/// store, which looks for another rank's failure while it waits). A wrapper overrides what it
+/// changes and `clone()`, which must wrap a clone of the base in the same way. The timeout starts
+/// as the base's.
+class ForwardingStore : public Store {
  public:
-  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  /// `wrapper` names the deriving store in the error for a null `base`.
+  /// @throws InvalidArgument when `base` is null.
+  explicit ForwardingStore(std::shared_ptr<Store> base,
+                           std::string_view wrapper = "ForwardingStore");
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key, Milliseconds timeout) override;
@@ -95,19 +103,36 @@ class PrefixStore final : public Store {
   std::string compare_set(std::string_view key, std::string_view expected,
                           std::string_view desired) override;
   bool remove(std::string_view key) override;
-  std::unique_ptr<Store> clone() const override;
   std::string describe() const override;
   using Store::get;
   using Store::wait;
 
   const std::shared_ptr<Store>& base() const noexcept { return base_; }
 
+ protected:
+  /// The key in the base store that `key` stands for: `key` itself unless a wrapper maps it.
+  virtual std::string key_in_base(std::string_view key) const { return std::string(key); }
+
  private:
-  std::string prefixed(std::string_view key) const;
-  std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;
+  std::vector<std::string> keys_in_base(const std::vector<std::string>& keys) const;
+
+  std::shared_ptr<Store> base_;
+};
+
+/// A view of another store whose keys all start with `prefix` + "/". Collectives, communicators
+/// and tests use one each so that their keys never collide.
+class PrefixStore final : public ForwardingStore {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+
+  std::unique_ptr<Store> clone() const override;
+  std::string describe() const override;
+
+ private:
+  /// `prefix/key`. @throws InvalidArgument when `key` is empty.
+  std::string key_in_base(std::string_view key) const override;
 
   std::string prefix_;
-  std::shared_ptr<Store> base_;
 };
 
 /// A barrier over `world_size` participants named `name`, built on `add` and `wait`.

@@ -25,7 +25,7 @@ struct TcpStoreServerOptions {
   /// Port to listen on; 0 picks a free one (see `TcpStoreServer::port`).
   int port = 0;
   /// Clients must present this token; empty means none is asked for.
-  std::string token;
+  std::string token = {};
   /// Largest request accepted after HELLO; a longer length prefix closes the connection. Before
   /// HELLO the limit is 4 KiB, whatever this says.
   std::size_t max_message_bytes = std::size_t{64} << 20;
@@ -76,7 +76,7 @@ struct TcpStoreOptions {
   int port = 29500;
   /// The token to present; empty means none. `connect_store` takes it from
   /// `COHORT_STORE_TOKEN`; this class reads no environment.
-  std::string token;
+  std::string token = {};
   /// Deadline for blocking calls (get, wait, add...).
   Milliseconds timeout = Store::kDefaultTimeout;
   /// How long to keep retrying the first connection (the server may not be up yet).

@@ -4,8 +4,8 @@
 /// `Buffer`: bytes owned from a `MemoryResource`, freed when the buffer goes away.
 
 #include <cohort/core/device.hpp>
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/stream.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/memory_report.hpp>
 #include <cohort/memory/memory_resource.hpp>
 

@@ -15,9 +15,9 @@
 ///     cohort::managed::prefetch(moments, cohort::Device::cuda(0), stream);  // before the step
 
 #include <cohort/core/device.hpp>
+#include <cohort/core/device_span.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/memory/buffer.hpp>
-#include <cohort/memory/device_span.hpp>
 #include <cohort/memory/memory_resource.hpp>
 
 #include <cstddef>

@@ -14,9 +14,9 @@
 /// memory on the host) and is updated by the optimizer's step in stream order, with no host sync
 /// (Note [Step scalars] in kernels/optimizer_math.hpp), so a CUDA graph can replay the step.
 
-#include <cohort/comm/types.hpp>
 #include <cohort/core/device.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/memory/buffer.hpp>
 
 #include <cstdint>

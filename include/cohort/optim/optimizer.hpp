@@ -23,8 +23,8 @@
 /// stream. An optimizer is used from one thread at a time.
 
 #include <cohort/comm/communicator.hpp>
-#include <cohort/comm/types.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/core/tensor_view.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -94,7 +94,7 @@ class Optimizer {
 
   /// Makes the next `step()` call `release` on its calling thread, once, before it writes the
   /// parameters or the state: for a reader of them in place that must finish with them or copy
-  /// them away first (a host checkpoint's writer, Note [Checkpoint in place] in checkpoint.cpp).
+  /// them away first (a host checkpoint's writer, Note [Checkpoint in place] in snapshot.cpp).
   /// Several calls before that step: each is called, in order (two Checkpointers saving).
   void call_before_next_write(std::function<void()> release);
 
@@ -150,5 +150,11 @@ class Optimizer {
   friend class GradNorm;
   std::unique_ptr<detail::OptimizerImpl> impl_;
 };
+
+/// The optimizers that exist now and step the parameter arena starting at `params` (its first
+/// element), oldest first; valid while they live. A Checkpointer built `without_optimizer` asks,
+/// so that no optimizer's state is left out of a checkpoint unseen (Note [Checkpoint optimizer
+/// state] in checkpoint.hpp). Thread-safe.
+std::vector<const Optimizer*> optimizers_stepping(const void* params);
 
 }  // namespace cohort

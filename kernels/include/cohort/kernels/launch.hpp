@@ -9,7 +9,7 @@
 /// Views carry their dtype and element count. The CUDA entry points need device-accessible
 /// memory; the host ones host-accessible memory.
 
-#include <cohort/comm/types.hpp>
+#include <cohort/core/tensor_view.hpp>
 #include <cohort/kernels/optimizer_math.hpp>
 
 namespace cohort::kernels {

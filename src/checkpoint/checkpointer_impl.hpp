@@ -1,0 +1,188 @@
+#pragma once
+
+// Private to the checkpoint layer: what a Checkpointer holds (its Impl), the arrays it saves and
+// how they are cut into pieces (Note [Checkpoint arrays] in manifest.hpp), and the host copy of
+// one save. Where each part lives:
+//   checkpointer.cpp  construction, save, save_async and wait (the writer thread)
+//   snapshot.cpp      the host copy of a save, read in place on the host (Note [Checkpoint in
+//   place]) publish.cpp       each rank's durable file, and rank 0's manifest, renames and `latest`
+//   deletion.cpp      old checkpoints renamed away and deleted on a thread of their own
+//   rank_report.cpp   what the ranks tell one another through the store, encoded and checked
+//   layout.cpp        pieces, the registry as the manifest lists it, and its fingerprint
+//   checkpoint_load.cpp  check everything, agree, then write (Note [Checkpoint load])
+
+#include "rank_report.hpp"
+
+#include <cohort/checkpoint/checkpoint.hpp>
+
+#include <cohort/launch/store.hpp>
+#include <cohort/memory/buffer.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort {
+namespace detail {
+
+/// One array: its global name, type and length, and this rank's copy of elements
+/// [view_offset, view_offset + view.count()) of it.
+struct CheckpointArray {
+  std::string name;
+  DType dtype = DType::f32;
+  std::uint64_t count = 0;  ///< global length (the arena's used count)
+  TensorView view;
+  std::uint64_t view_offset = 0;
+};
+
+/// How far the writer has read the pieces it reads in place, in this rank's own memory (Note
+/// [Checkpoint in place]), and from where on their bytes have been copied to staging instead.
+/// Shared with the optimizer's hook, which may outlive the save.
+struct InPlaceReads {
+  std::mutex mutex;
+  std::condition_variable idle;
+  std::uint64_t read_to = 0;      ///< the writer has copied out the file's bytes before this
+  std::uint64_t staged_from = 0;  ///< the file's bytes from here on are in staging
+  bool reading = false;           ///< the writer is copying a block out of this rank's memory
+  bool finished = false;          ///< the writer needs this rank's memory no more
+};
+
+/// The host copy of one save and what the writer needs to finish it; its staging memory is also
+/// what a load reads into (a load first waits for any save).
+struct Snapshot {
+  std::shared_ptr<MemoryResource> resource;  ///< host memory; pinned for a CUDA device
+  Buffer staging;                            ///< reused; grows only
+  std::uint64_t size = 0;       ///< bytes of this rank's file, piece after piece, at the front
+  std::optional<Stream> side;   ///< the copy's stream (Note [Checkpoint copy])
+  std::optional<Event> copied;  ///< completes when the copy has
+  std::vector<std::uint64_t> piece_bytes;  ///< each piece's size, in file order
+  /// Where each piece's bytes are: this rank's memory, read in place (a host array, Note
+  /// [Checkpoint in place]), or nullptr for `staging`, at the piece's offset in the file.
+  std::vector<const unsigned char*> piece_sources;
+  std::shared_ptr<InPlaceReads> reads;  ///< null when no piece is read in place
+  Buffer bounce;      ///< a chunk copied out of in-place pieces on its way to the disk
+  Manifest manifest;  ///< everything but files and pieces (filled by rank 0 at publish)
+  std::uint64_t save_index = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::uint64_t shard_count = 0;  ///< the saving world's shard size n
+  /// Where the copies of the optimizer's step counter and the loss scaler's state lie in
+  /// `staging`, after the file's bytes (Note [Checkpoint counters]); whether each was copied.
+  std::uint64_t counters_at = 0;
+  bool steps_copied = false;
+  bool scaler_copied = false;
+
+  /// The front of `staging`, aligned for O_DIRECT writes (Note [Checkpoint direct I/O]).
+  unsigned char* bytes() noexcept;
+  /// Makes `staging` hold at least `bytes` bytes (its contents are not kept).
+  void reserve(std::uint64_t bytes);
+  /// Sees bytes [at, at + count) of the file, at `bytes`, before they are written.
+  using ChunkBytes =
+      std::function<void(const unsigned char* bytes, std::uint64_t at, std::uint64_t count)>;
+  /// The file's bytes [offset, offset + count), for the writer: in staging, or copied out of the
+  /// in-place pieces (or staging, once `stage_rest` ran) into `bounce` block by block (`offset`
+  /// is where the previous call ended). `see` is shown them all, in order, each block while it is
+  /// still in cache after its copy.
+  const unsigned char* chunk(std::uint64_t offset, std::uint64_t count, const ChunkBytes& see);
+  /// Copies what the writer has not yet copied out of the in-place pieces into staging, where it
+  /// goes on from; waits for a block being copied out first (kInPlaceBlock). Only once `copied`
+  /// has completed; does nothing when `of` is not this save's `reads` or the writer has finished
+  /// reading.
+  void stage_rest(InPlaceReads& of);
+  /// Copies the file's bytes [begin, end) to `to`, each from where it is: its piece in place
+  /// (unless `staged`), or staging (skipped where `to` is that very place).
+  void copy_out(std::uint64_t begin, std::uint64_t end, unsigned char* to, bool staged);
+  /// The writer reads this rank's memory no more (also when it failed).
+  void finish_reading();
+  /// Fills the manifest's step counter and loss scaler from their copies; only once `copied`
+  /// has completed.
+  void decode_counters();
+};
+
+/// Elements [begin, end) of an array of `count` elements written by `rank` when shards have
+/// `shard_count` elements (Note [Checkpoint arrays]).
+struct PieceRange {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank) noexcept;
+
+/// The registry as the manifest lists it (names, shapes, dtypes, arena offsets), and its
+/// fingerprint.
+std::vector<ManifestParam> manifest_params(const DataParallel& dp);
+std::string registry_fingerprint(const std::vector<ManifestParam>& params);
+
+/// Lowers the calling thread's priority (Note [Checkpoint writer priority] in checkpointer.cpp).
+void lower_thread_priority() noexcept;
+
+/// Acts on `COHORT_CHECKPOINT_CRASH_AT` and the test hook at `point`.
+void reach_save_point(const CheckpointOptions& options, SavePoint point, int rank);
+
+}  // namespace detail
+
+/// Everything a Checkpointer holds; its methods live in the files listed at the top.
+struct Checkpointer::Impl {
+  /// `optimizer` null only `without_optimizer`.
+  Impl(DataParallel& dp, Optimizer* optimizer, bool without_optimizer, CheckpointOptions options,
+       LossScaler* scaler);
+
+  /// Without an optimizer, throws InvalidArgument when one steps the parameters now (Note
+  /// [Checkpoint optimizer state]); `doing` names the call.
+  void check_no_optimizer_left_out(const std::string& doing) const;
+
+  /// The store keys of this directory's saves and loads.
+  std::string key_prefix() const;
+
+  // checkpointer.cpp
+  void wait();
+
+  // snapshot.cpp: starts the copy of the arenas and counters (Note [Checkpoint copy]).
+  void take_snapshot(const TrainingState& state, detail::Snapshot& into);
+
+  // publish.cpp: the writer's part, on every rank (Note [Checkpoint publish]).
+  void write_and_publish(detail::Snapshot& snapshot);
+  /// Rank 0, once every rank reported success: the manifest, the renames, `latest`.
+  void publish(detail::Snapshot& snapshot, const std::vector<detail::RankReport>& reports);
+
+  // deletion.cpp
+  /// Hides the folders `names` under `root` and deletes them on a thread (Note [Checkpoint
+  /// deletion]); waits for the previous deletion first.
+  void delete_in_background(const std::filesystem::path& root,
+                            const std::vector<std::string>& names);
+  void finish_deleting() noexcept;
+
+  // checkpoint_load.cpp
+  /// Tries one checkpoint on every rank; returns the state, or nothing with `failure` set to
+  /// the first rank's error (the same on every rank).
+  std::optional<TrainingState> try_load(const std::filesystem::path& folder,
+                                        detail::RankReport& failure);
+  std::optional<TrainingState> load_latest();
+  TrainingState load_folder(const std::filesystem::path& folder);
+  bool gathers_replicated() const noexcept;
+
+  DataParallel& dp;
+  Optimizer* optimizer;    ///< null with `without_optimizer`
+  bool without_optimizer;  ///< built with cohort::without_optimizer
+  LossScaler* scaler;
+  CheckpointOptions options;
+  std::vector<detail::CheckpointArray> arrays;
+  std::unique_ptr<Store> store;                 ///< this rank's own connection (the writer uses it)
+  std::unique_ptr<detail::Snapshot> host_copy;  ///< the one staging area, reused
+  std::thread writer;
+  std::atomic<bool> writing{false};  ///< the writer has not finished yet
+  std::exception_ptr writer_error;
+  std::thread deleter;  ///< rank 0: deletes old checkpoints (Note [Checkpoint deletion])
+  std::uint64_t saves = 0;
+  std::uint64_t loads = 0;
+};
+
+}  // namespace cohort
