@@ -136,17 +136,18 @@ World& WorldGroup::cuda_world(int device) {
                    "a CUDA buffer was given, but this build of cohort has no CUDA backend "
                    "(it was built with COHORT_WITH_CUDA=OFF); rebuild the package where the CUDA "
                    "toolkit and NCCL are installed");
+    // The GPU of the first buffer: in a subgroup the group-local rank names no GPU (global rank
+    // 3 of a node may be rank 0 of its group, and still own cuda:3).
     WorldOptions cuda = options_;
     cuda.backend = BackendChoice::nccl;
+    cuda.device = Device::cuda(device);
     cuda_.emplace(init(std::move(cuda)));
   }
   COHORT_EXPECTS(cuda_->device() == Device::cuda(device),
-                 "the buffer is on cuda:" + std::to_string(device) +
-                     " but this rank's NCCL "
-                     "communicator works on " +
-                     cuda_->device().to_string() +
-                     ": give every collective of a group buffers on this rank's GPU (local rank " +
-                     std::to_string(cuda_->local_rank()) + ")");
+                 "the buffer is on cuda:" + std::to_string(device) + " but this rank's NCCL " +
+                     "communicator of the group works on " + cuda_->device().to_string() +
+                     " (the GPU of the group's first CUDA collective): give every collective of "
+                     "a group buffers on one GPU per rank (torch.cuda.set_device(local_rank))");
   return *cuda_;
 }
 
