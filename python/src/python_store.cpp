@@ -1,6 +1,7 @@
 #include "python_store.hpp"
 
 #include <cohort/core/error.hpp>
+#include <cohort/launch/detail/store_messages.hpp>
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
+#include <thread>
 
 namespace nb = nanobind;
 
@@ -15,7 +18,29 @@ namespace cohort::python {
 
 namespace {
 
+// Note [Python stores at interpreter exit]
+// The watchdog polls the store from its own thread (a published failure of another rank). A
+// thread that takes the GIL once the interpreter is finalizing is ended by Python with
+// pthread_exit, whose unwinding through the library's noexcept frames calls std::terminate: a
+// process that left without destroy_process_group (PyTorch's own tests do, on a skip) died of
+// SIGABRT at exit. So `exiting` is set by an atexit handler, which runs before finalization,
+// and every call counts itself in `calls_in_flight` before it looks at `exiting` (both
+// sequentially consistent: a call that does not see `exiting` is counted before the handler
+// reads the count). The handler then lets go of the GIL until the counted calls have returned,
+// at most kExitPatience; calls are short, since waits go in slices of kWaitSlice. After the
+// handler no thread of the library takes the GIL again.
 std::atomic<bool> exiting{false};
+std::atomic<int> calls_in_flight{0};
+constexpr auto kExitPatience = std::chrono::seconds(5);
+constexpr auto kWaitSlice = std::chrono::milliseconds(200);
+
+/// Counts a call into the Python store for the whole of its life.
+struct CountedCall {
+  CountedCall() noexcept { calls_in_flight.fetch_add(1); }
+  ~CountedCall() { calls_in_flight.fetch_sub(1); }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+};
 
 nb::object timedelta(Milliseconds timeout) {
   // Leaked: a static object would be released after the interpreter is gone.
@@ -39,6 +64,7 @@ std::string text_of(const nb::handle& value) {
 /// store timeout (torch raises DistStoreError or RuntimeError "Wait timeout") into TimeoutError.
 template <typename Fn>
 auto call_store(const std::string& store, const char* what, Fn&& fn) {
+  const CountedCall counted;
   COHORT_CHECK(!exiting.load(), Error, store + " " + what + ": the Python interpreter is exiting");
   nb::gil_scoped_acquire gil;
   try {
@@ -60,6 +86,13 @@ auto call_store(const std::string& store, const char* what, Fn&& fn) {
 
 void set_interpreter_exiting() noexcept {
   exiting.store(true);
+  // Called from Python (atexit) with the GIL: the calls in flight need it to return.
+  PyThreadState* state = PyEval_SaveThread();
+  const auto until = std::chrono::steady_clock::now() + kExitPatience;
+  while (calls_in_flight.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  PyEval_RestoreThread(state);
 }
 
 PythonStore::PythonStore(nb::object store, Milliseconds timeout)
@@ -69,6 +102,7 @@ PythonStore::PythonStore(nb::object store, Milliseconds timeout)
 }
 
 PythonStore::~PythonStore() {
+  const CountedCall counted;
   if (exiting.load() || !Py_IsInitialized()) {
     store_.release();  // the interpreter is gone; nothing to give back to it
     return;
@@ -87,7 +121,32 @@ std::string PythonStore::get(std::string_view key, Milliseconds timeout) {
 }
 
 void PythonStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
-  call_store(name_, "wait", [&] { store_.attr("wait")(keys, timedelta(timeout)); });
+  // In slices (Note [Python stores at interpreter exit]): between two, the call holds nothing.
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const auto waited =
+        std::chrono::duration_cast<Milliseconds>(std::chrono::steady_clock::now() - start);
+    const Milliseconds slice = std::min<Milliseconds>(timeout - waited, kWaitSlice);
+    if (slice.count() <= 0) {
+      break;
+    }
+    try {
+      call_store(name_, "wait", [&] { store_.attr("wait")(keys, timedelta(slice)); });
+      return;
+    } catch (const TimeoutError&) {
+      // the slice passed; the next one, unless the whole timeout has
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& key : keys) {
+    if (!check({key})) {
+      missing.push_back(key);
+    }
+  }
+  if (missing.empty()) {
+    return;  // set just now
+  }
+  COHORT_FAIL(TimeoutError, detail::timeout_message(name_, missing, timeout));
 }
 
 bool PythonStore::check(const std::vector<std::string>& keys) {
@@ -110,6 +169,7 @@ std::string PythonStore::compare_set(std::string_view key, std::string_view expe
 
 bool PythonStore::remove(std::string_view key) {
   // Some torch stores cannot delete keys; a key left behind costs only its bytes.
+  const CountedCall counted;
   if (exiting.load()) return false;
   nb::gil_scoped_acquire gil;
   try {
@@ -120,6 +180,7 @@ bool PythonStore::remove(std::string_view key) {
 }
 
 std::unique_ptr<Store> PythonStore::clone() const {
+  const CountedCall counted;
   COHORT_CHECK(!exiting.load(), Error, name_ + " clone: the Python interpreter is exiting");
   nb::gil_scoped_acquire gil;
   nb::object copy = store_;

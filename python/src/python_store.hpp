@@ -13,8 +13,9 @@ namespace cohort::python {
 /// Every call takes the GIL, so the threads that call it (the watchdog's) must never wait for a
 /// thread that holds the GIL while it waits for them: every entry point of the package releases
 /// the GIL before it enters the library.
-/// Set at interpreter exit (an atexit handler): from then on a PythonStore fails every call
-/// instead of taking the GIL of an interpreter that is going away.
+/// Set at interpreter exit (an atexit handler, with the GIL): from then on a PythonStore fails
+/// every call instead of taking the GIL of an interpreter that is going away; returns once the
+/// calls already in flight have returned (Note [Python stores at interpreter exit]).
 void set_interpreter_exiting() noexcept;
 
 class PythonStore final : public Store {
