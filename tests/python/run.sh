@@ -9,6 +9,7 @@
 #   tests/python/run.sh BUILD_DIR sharded        # FSDP2 and ZeroRedundancyOptimizer, likewise
 #   tests/python/run.sh BUILD_DIR version_lock   # a cohort built for another torch refuses it
 #   tests/python/run.sh BUILD_DIR faults         # killed, absent and mismatched ranks
+#   tests/python/run.sh BUILD_DIR exit           # ranks that leave without destroy_process_group
 #   tests/python/run.sh BUILD_DIR torch_suite    # PyTorch's distributed_test, collectives on CPU
 #                                                # (about 20 minutes: only with
 #                                                # COHORT_TEST_TORCH_SUITE=1; report in BUILD_DIR)
@@ -91,6 +92,17 @@ case "$test" in
     ;;
   faults)
     "$python" "$here/test_faults.py"
+    ;;
+  exit)
+    # torchrun fails the run if a rank dies of a signal; each rank also prints its last line.
+    COHORT_TEST_STORE_FILE="$tmp/exit-store" "${torchrun[@]}" --nproc-per-node 2 \
+      --master-port "$(port)" "$here/test_exit.py" 2>&1 | tee "$tmp/exit.log"
+    for rank in 0 1; do
+      grep -q "rank $rank: leaving without destroy_process_group" "$tmp/exit.log" || {
+        echo "rank $rank did not reach its exit" >&2
+        exit 1
+      }
+    done
     ;;
   torch_suite)
     if [ "${COHORT_TEST_TORCH_SUITE:-0}" != 1 ]; then
