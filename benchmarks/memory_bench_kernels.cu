@@ -1,7 +1,7 @@
 // The streaming kernel of memory_bench: y = a * x + y, 12 bytes moved per element.
 
+#include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/core/device_span.hpp>
-#include <cohort/detail/cuda_check.hpp>
 
 #include <cuda_runtime.h>
 

@@ -2,9 +2,9 @@
 
 #include "stream_impl.hpp"
 
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -21,7 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cohort/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
 #endif
 
 #include <algorithm>

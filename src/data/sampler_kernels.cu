@@ -3,7 +3,7 @@
 
 #include "sampler_keys.hpp"
 
-#include <cohort/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
 
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>

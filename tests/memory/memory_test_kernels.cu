@@ -1,6 +1,6 @@
 #include "memory_test_kernels.hpp"
 
-#include <cohort/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
 
 #include <cuda_runtime.h>
 
