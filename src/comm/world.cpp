@@ -140,11 +140,25 @@ void find_place(World::Impl& world, const LaunchInfo& launch, int ranks_per_node
   world.nodes = topology.nodes;
 }
 
-Device choose_device(const World::Impl& world) {
+Device choose_device(const World::Impl& world, const std::optional<Device>& asked) {
   if (world.backend != Backend::nccl) {
+    COHORT_EXPECTS(!asked || asked->is_host(),
+                   "WorldOptions::device asks for " + (asked ? asked->to_string() : "") +
+                       ", but this world runs on the host backend (" +
+                       std::string(to_string(world.backend)) +
+                       "); a GPU is chosen only for the NCCL backend: ask for "
+                       "BackendChoice::nccl, or leave the device unset");
     return Device::host();
   }
   const int gpus = cuda_device_count();
+  if (asked) {
+    COHORT_EXPECTS(asked->is_cuda() && asked->index() >= 0 && asked->index() < gpus,
+                   "WorldOptions::device asks for " + asked->to_string() +
+                       ", but the NCCL backend works on one of the " + std::to_string(gpus) +
+                       " visible GPUs (cuda:0 to cuda:" + std::to_string(gpus - 1) +
+                       "); check CUDA_VISIBLE_DEVICES");
+    return *asked;
+  }
   if (world.local_rank >= gpus) {
     COHORT_EXPECTS(env::boolean(env::kAllowSharedGpu),
                    "rank " + std::to_string(world.rank) + " is local rank " +
@@ -271,7 +285,7 @@ World init(WorldOptions options) {
     impl->backend = family == BackendChoice::nccl
                         ? Backend::nccl
                         : detail::select_host_backend(impl->host_transport, impl->nodes);
-    impl->device = choose_device(*impl);
+    impl->device = choose_device(*impl, options.device);
     std::function<void()> bind_watchdog;
 #if COHORT_WITH_CUDA
     if (impl->device.is_cuda()) {

@@ -220,6 +220,25 @@ TEST(World, TheOldBackendNameStillMeansTheHost) {
       options);
 }
 
+// WorldOptions::device picks the GPU of an NCCL world; on the host backend a GPU asked for is a
+// mistake, said before any communicator exists (the NCCL side: NcclCollectives.
+// AWorldWorksOnTheGpuItAsksFor).
+TEST(World, AGpuIsChosenOnlyForTheNcclBackend) {
+  cohort::WorldOptions options = host_options();
+  options.device = cohort::Device::cuda(0);
+  try {
+    cohort::run_local(
+        2, [](cohort::World&) { FAIL() << "the world formed"; }, options);
+    FAIL() << "no error";
+  } catch (const cohort::InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("WorldOptions::device asks for cuda:0"));
+    EXPECT_THAT(error.what(), HasSubstr("runs on the host backend"));
+  }
+  options.device = cohort::Device::host();  // the host's own device is no mistake
+  cohort::run_local(
+      2, [](cohort::World& world) { EXPECT_TRUE(world.device().is_host()); }, options);
+}
+
 TEST(World, RanksAndSubGroupsOfSimulatedNodes) {
   cohort::WorldOptions options = host_options();
   options.ranks_per_node = 3;  // 7 ranks: nodes of 3, 3 and 1

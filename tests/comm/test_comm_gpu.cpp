@@ -231,4 +231,34 @@ TEST_F(NcclCollectives, ASplitChildWorksWhateverDeviceIsCurrentWhenItIsMade) {
 #endif
 }
 
+// WorldOptions::device: a world binds the GPU it asks for, not its local rank's (with two GPUs or
+// more, the last one instead of cuda:0), and a GPU that is not visible is refused by name.
+TEST_F(NcclCollectives, AWorldWorksOnTheGpuItAsksFor) {
+#if COHORT_WITH_CUDA
+  const int gpus = cohort::cuda_device_count();
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::nccl;
+  options.timeout = std::chrono::seconds(60);
+  options.device = cohort::Device::cuda(gpus - 1);
+  cohort::run_local(
+      1,
+      [gpus](cohort::World& world) {
+        EXPECT_EQ(world.local_rank(), 0);
+        EXPECT_EQ(world.device(), cohort::Device::cuda(gpus - 1));
+        const cohort::Stream stream = cohort::Stream::create(world.device());
+        world.comm().barrier(stream).wait();
+        stream.synchronize();
+      },
+      options);
+  options.device = cohort::Device::cuda(gpus);
+  try {
+    cohort::run_local(
+        1, [](cohort::World&) { FAIL() << "the world formed"; }, options);
+    FAIL() << "no error";
+  } catch (const cohort::InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("visible GPUs"), std::string::npos) << error.what();
+  }
+#endif
+}
+
 }  // namespace

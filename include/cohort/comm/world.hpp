@@ -51,6 +51,11 @@ struct WorldOptions {
   /// How host communicators move data (see `HostTransport`). Unset: `COHORT_HOST_TRANSPORT`
   /// (shm, gloo or auto), else automatic.
   std::optional<HostTransport> host_transport = std::nullopt;
+  /// The GPU this rank works on with the NCCL backend, where its local rank does not name it: a
+  /// world over some ranks of a node (a torch.distributed subgroup, in which global rank 3 may be
+  /// local rank 0 and still own cuda:3). Unset: the local_rank-th visible GPU. An error with
+  /// the host backend, whose device is the host.
+  std::optional<Device> device = std::nullopt;
 };
 
 class World {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 namespace cohort::detail {
@@ -57,16 +58,93 @@ std::uint64_t ShmEngine::begin_round(ShmSegment::Clock::time_point deadline,
   if (seq > 2) {
     segment_->wait(Flag::done, kEveryRank, seq - 2, deadline, context);
   }
+  segment_->set_signature(seq, signature_);
   return seq;
+}
+
+// Note [Shared-memory call signatures]
+// Ranks that issue different collectives at the same point (an all_reduce against a broadcast,
+// or another count) would otherwise run them against each other's slots: wrong results, or a
+// hang until the deadline that blames nobody. So each round carries the call in one 64-bit word
+// beside the rank's pid (op, reduce op, dtype, root, count), written before the rank posts
+// `arrived`; after waiting for the others' `arrived` (the root's, in a broadcast) a rank compares
+// theirs with its own and fails, naming the rank and both calls, on a difference. The cost is a
+// store and n loads per round. A count too large for its 44 bits (16 Ti elements) is compared
+// modulo 2^44.
+namespace {
+
+std::uint64_t signature_of(const Communicator::Call& call) {
+  std::size_t count = 0;
+  switch (call.op) {
+    case CollectiveOp::all_reduce:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::broadcast:
+      count = call.output.count();
+      break;
+    case CollectiveOp::all_gather:
+      count = call.input.count();
+      break;
+    case CollectiveOp::barrier:
+      break;
+  }
+  const bool reduces =
+      call.op == CollectiveOp::all_reduce || call.op == CollectiveOp::reduce_scatter;
+  const std::uint64_t root =
+      call.op == CollectiveOp::broadcast ? static_cast<std::uint64_t>(call.root) : 0;
+  const std::uint64_t dtype =
+      call.op == CollectiveOp::barrier ? 0 : static_cast<std::uint64_t>(call.input.dtype());
+  const std::uint64_t reduce = reduces ? static_cast<std::uint64_t>(call.reduce) : 0;
+  constexpr std::uint64_t kCountMask = (std::uint64_t{1} << 44) - 1;
+  return (static_cast<std::uint64_t>(call.op) << 61) | (reduce << 58) | (dtype << 55) |
+         ((root & 0x7ff) << 44) | (static_cast<std::uint64_t>(count) & kCountMask);
+}
+
+std::string describe_signature(std::uint64_t signature) {
+  const auto op = static_cast<CollectiveOp>(signature >> 61);
+  const auto reduce = static_cast<ReduceOp>((signature >> 58) & 7);
+  const auto dtype = static_cast<DType>((signature >> 55) & 7);
+  const std::uint64_t root = (signature >> 44) & 0x7ff;
+  const std::uint64_t count = signature & ((std::uint64_t{1} << 44) - 1);
+  std::ostringstream text;
+  text << to_string(op);
+  if (op != CollectiveOp::barrier) {
+    text << " of " << count << " x " << to_string(dtype);
+    if (op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter) {
+      text << " " << to_string(reduce);
+    }
+    if (op == CollectiveOp::broadcast) {
+      text << " from root " << root;
+    }
+  }
+  return text.str();
+}
+
+}  // namespace
+
+void ShmEngine::check_signatures(int rank, std::uint64_t seq, const CommContext& context) const {
+  for (int r = rank >= 0 ? rank : 0; r < (rank >= 0 ? rank + 1 : ranks_); ++r) {
+    const std::uint64_t theirs = segment_->signature(r, seq);
+    if (r != rank_ && theirs != signature_) {
+      COHORT_FAIL(InvalidArgument,
+                  "rank " + std::to_string(context.global_rank(r)) + " called " +
+                      describe_signature(theirs) + " where rank " +
+                      std::to_string(context.global_rank(rank_)) + " called " +
+                      describe_signature(signature_) + " on " + context.describe() +
+                      ": every rank must issue the same collectives, in the same order, with "
+                      "the same counts, dtypes, reduce ops and roots");
+    }
+  }
 }
 
 void ShmEngine::execute(const Communicator::Call& call, ShmSegment::Clock::time_point deadline,
                         const CommContext& context) {
+  signature_ = signature_of(call);
   if (call.op == CollectiveOp::barrier) {
     if (ranks_ > 1) {
       const std::uint64_t seq = begin_round(deadline, context);
       segment_->post(Flag::arrived, seq);
       segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+      check_signatures(kEveryRank, seq, context);
       segment_->post(Flag::done, seq);
     }
     return;
@@ -103,6 +181,7 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         copy(slot(seq, me), input, count * sizeof(T));
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        check_signatures(kEveryRank, seq, context);
         reduce_sources<T>([&](int r) { return slot(seq, static_cast<std::size_t>(r)); }, ranks_,
                           count, call.reduce, output, nullptr);
         segment_->post(Flag::done, seq);
@@ -137,6 +216,7 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         copy(mine + end, input + offset + end, (chunk - end) * sizeof(T));
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        check_signatures(kEveryRank, seq, context);
         reduce_sources<T>(
             [&](int r) {
               const auto rank = static_cast<std::size_t>(r);
@@ -182,6 +262,7 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         }
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        check_signatures(kEveryRank, seq, context);
         reduce_sources<T>(
             [&](int r) { return slot(seq, static_cast<std::size_t>(r)) + me * chunk; }, ranks_,
             chunk, call.reduce, output + offset, nullptr);
@@ -204,6 +285,7 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
         copy(slot(seq, me), input + offset, chunk * sizeof(T));
         segment_->post(Flag::arrived, seq);
         segment_->wait(Flag::arrived, kEveryRank, seq, deadline, context);
+        check_signatures(kEveryRank, seq, context);
         for (std::size_t r = 0; r < n; ++r) {
           copy(output + r * count + offset, r == me ? input + offset : slot(seq, r),
                chunk * sizeof(T));
@@ -223,6 +305,7 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
           segment_->post(Flag::arrived, seq);
         } else {
           segment_->wait(Flag::arrived, call.root, seq, deadline, context);
+          check_signatures(call.root, seq, context);
           copy(output + offset, slot(seq, root), chunk * sizeof(T));
         }
         segment_->post(Flag::done, seq);

@@ -61,6 +61,9 @@ class ShmEngine {
   /// Takes the next round's sequence number once this rank may write its slot of the round's
   /// buffer (every rank is done with the round that used it last).
   std::uint64_t begin_round(ShmSegment::Clock::time_point deadline, const CommContext& context);
+  /// Fails naming the rank when `rank`'s call (every rank's when negative) in round `seq`
+  /// differs from this one's (Note [Shared-memory call signatures]).
+  void check_signatures(int rank, std::uint64_t seq, const CommContext& context) const;
   template <typename T>
   void run_typed(const Communicator::Call& call, ShmSegment::Clock::time_point deadline,
                  const CommContext& context);
@@ -69,6 +72,7 @@ class ShmEngine {
   int ranks_ = 1;
   std::unique_ptr<ShmSegment> segment_;
   std::uint64_t sequence_ = 0;
+  std::uint64_t signature_ = 0;  // the call being executed
   std::vector<bool> share_copied_;  // per rank, within one chunk of an all-reduce
 };
 

@@ -84,6 +84,17 @@ int spin_budget(int ranks) {
   return ranks <= cores ? 20000 : 0;
 }
 
+/// How long a waiter yields before it sleeps on the futex. Not at all in a process that leads
+/// its own session (torchrun starts each worker so): its peers are then in other sessions, and
+/// with the kernel's autogroup scheduling (sched_autogroup_enabled, on by default) in other
+/// scheduling groups, to which sched_yield gives nothing: a yielding rank kept its core for
+/// the whole 300 us while the rank it waited for could not run, and a 1 KiB all-reduce of 4
+/// torchrun workers on 2 cores took 0.5 to 2.9 ms instead of 15 us. A futex sleep gives the
+/// core away whatever the group.
+std::chrono::microseconds yield_time() {
+  return getsid(0) == getpid() ? std::chrono::microseconds(0) : kYieldFor;
+}
+
 /// "rank 3" or "every rank", for messages.
 std::string waited_for(int rank, const CommContext& context) {
   return rank >= 0 ? "rank " + std::to_string(context.global_rank(rank)) : "every rank";
@@ -123,6 +134,7 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
     : ranks_(context.size()), rank_(context.rank()), slot_bytes_(slot_bytes) {
   bytes_ = data_offset(ranks_) + 2 * static_cast<std::size_t>(ranks_) * slot_bytes_;
   spin_ = spin_budget(ranks_);
+  yield_for_ = yield_time();
   const std::string who = "rank " + std::to_string(context.global_rank(context.rank())) + ": ";
   int fd = -1;
   if (rank_ == 0) {
@@ -232,6 +244,23 @@ std::atomic_ref<std::uint32_t> ShmSegment::word(std::size_t line, std::size_t of
       *reinterpret_cast<std::uint32_t*>(base_ + line * kLine + offset));
 }
 
+std::atomic_ref<std::uint64_t> ShmSegment::signature_word(int rank,
+                                                          std::uint64_t seq) const noexcept {
+  // The second and third words of the rank's pid line, by the round's buffer.
+  const std::size_t line = kHeaderLines + kLinesPerRank * static_cast<std::size_t>(rank);
+  const std::size_t offset = sizeof(std::uint64_t) * (1 + seq % 2);
+  return std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(base_ + line * kLine + offset));
+}
+
+void ShmSegment::set_signature(std::uint64_t seq, std::uint64_t signature) noexcept {
+  signature_word(rank_, seq).store(signature, std::memory_order_relaxed);  // `post` releases it
+}
+
+std::uint64_t ShmSegment::signature(int rank, std::uint64_t seq) const noexcept {
+  return signature_word(rank, seq).load(std::memory_order_relaxed);  // after an acquiring wait
+}
+
 bool ShmSegment::reached(Flag which, int rank, std::uint64_t seq) const noexcept {
   if (rank >= 0) {
     return flag(rank, which).load(std::memory_order_acquire) >= seq;
@@ -304,7 +333,7 @@ void ShmSegment::wait(Flag which, int rank, std::uint64_t seq, Clock::time_point
       return;
     }
   }
-  const auto yield_until = Clock::now() + kYieldFor;
+  const auto yield_until = Clock::now() + yield_for_;
   while (Clock::now() < yield_until) {
     sched_yield();
     if (reached(which, rank, seq)) {

@@ -57,6 +57,13 @@ class ShmSegment {
   /// Whether `rank`'s `flag` (every rank's when `rank` < 0) has reached `seq`, without waiting.
   bool reached(Flag flag, int rank, std::uint64_t seq) const noexcept;
 
+  /// The call this rank runs in round `seq` (Note [Shared-memory call signatures] in
+  /// shm_collectives.cpp): written before it posts `arrived`, so a rank that has seen another's
+  /// `arrived` of the same round reads that rank's call. One word per buffer, as the slots: a
+  /// rank starts round seq + 1 while others still read round seq.
+  void set_signature(std::uint64_t seq, std::uint64_t signature) noexcept;
+  std::uint64_t signature(int rank, std::uint64_t seq) const noexcept;
+
   /// Marks the segment aborted and wakes every waiter of every rank. Safe from any thread.
   void abort(int by_rank) noexcept;
 
@@ -66,6 +73,7 @@ class ShmSegment {
  private:
   std::atomic_ref<std::uint64_t> flag(int rank, Flag flag) const noexcept;
   std::atomic_ref<std::uint32_t> word(std::size_t line, std::size_t offset) const noexcept;
+  std::atomic_ref<std::uint64_t> signature_word(int rank, std::uint64_t seq) const noexcept;
   /// Throws if the segment or `context` is aborted or a process we wait for died: a
   /// TimeoutError when another rank aborted the segment after `deadline`.
   void check_health(Flag flag, int rank, std::uint64_t seq, Clock::time_point deadline,
@@ -80,6 +88,7 @@ class ShmSegment {
   std::byte* base_ = nullptr;
   bool single_process_ = true;  // every member lives in this process (ranks as threads)
   int spin_ = 0;                // pause iterations before yielding
+  std::chrono::microseconds yield_for_{0};  // yielding before sleeping on the futex
 };
 
 /// Removes /dev/shm segments of this user that cohort created in a process that no longer

@@ -1,0 +1,64 @@
+"""Summarizes compare.sh's records: medians over rounds, as Markdown tables."""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def read(path):
+    try:
+        return [json.loads(line) for line in open(path) if line.startswith("{")]
+    except FileNotFoundError:
+        return []
+
+
+def size_name(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def main():
+    folder = sys.argv[1]
+    times = defaultdict(list)
+    for record in read(f"{folder}/allreduce.json"):
+        times[(record["backend"], record["bytes"])].append(record["us"])
+    sizes = sorted({b for (_, b) in times})
+    print("| size | cohort | gloo | gloo / cohort | cohort C++ allreduce_bench | cohort / C++ |")
+    print("|---|---|---|---|---|---|")
+    for size in sizes:
+        cohort = statistics.median(times[("cohort", size)]) if times[("cohort", size)] else None
+        gloo = statistics.median(times[("gloo", size)]) if times[("gloo", size)] else None
+        cpp = times.get(("cohort C++", size))
+        cpp = statistics.median(cpp) if cpp else None
+        cells = [size_name(size), f"{cohort:.1f} us" if cohort else "", f"{gloo:.1f} us" if gloo else "",
+                 f"{gloo / cohort:.2f}x" if cohort and gloo else "", f"{cpp:.1f} us" if cpp else "",
+                 f"{cohort / cpp:.2f}x" if cohort and cpp else ""]
+        print("| " + " | ".join(cells) + " |")
+        if cohort and gloo:
+            print(f"<!-- {size_name(size)} per round: cohort {times[('cohort', size)]}, gloo {times[('gloo', size)]} -->")
+    ddp = defaultdict(list)
+    losses = {}
+    for record in read(f"{folder}/ddp.json"):
+        ddp[(record["parameters"], record["backend"])].append(record["samples_per_second"])
+        losses[(record["parameters"], record["backend"], record["round"])] = record["losses"]
+    print()
+    print("| parameters | cohort samples/s | gloo samples/s | cohort / gloo | per round (cohort; gloo) | largest loss difference |")
+    print("|---|---|---|---|---|---|")
+    for parameters in sorted({p for (p, _) in ddp}):
+        c, g = ddp[(parameters, "cohort")], ddp[(parameters, "gloo")]
+        worst = 0.0
+        for (p, b, r), values in losses.items():
+            if p == parameters and b == "cohort" and (p, "gloo", r) in losses:
+                worst = max([worst] + [abs(x - y) for x, y in zip(values, losses[(p, "gloo", r)])])
+        if c and g:
+            print(f"| {parameters:,} | {statistics.median(c):.0f} | {statistics.median(g):.0f} | "
+                  f"{statistics.median(c) / statistics.median(g):.2f}x | "
+                  f"{', '.join(f'{x:.0f}' for x in c)}; {', '.join(f'{x:.0f}' for x in g)} | {worst:.1e} |")
+    loads = [r["load"] for r in read(f"{folder}/load.json")]
+    if loads:
+        print(f"\nload average (1 min) before the programs: {min(loads):.1f} to {max(loads):.1f}, "
+              f"median {statistics.median(loads):.1f}")
+
+
+if __name__ == "__main__":
+    main()
