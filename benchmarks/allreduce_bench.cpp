@@ -26,6 +26,7 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/version.hpp>
 
 #include <CLI/CLI.hpp>
@@ -146,24 +147,14 @@ class Memory {
   Memory& operator=(const Memory&) = delete;
 
   void* data() const { return data_; }
-  void upload(const std::vector<std::byte>& bytes) {
-    if (device_.is_host()) {
-      std::memcpy(data_, bytes.data(), bytes.size());
-      return;
-    }
-#if COHORT_WITH_CUDA
-    cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
-#endif
+  /// In `stream`'s order, waited for: a plain cudaMemcpy runs on the legacy stream, which the
+  /// collectives' non-blocking stream does not wait for.
+  void upload(const std::vector<std::byte>& bytes, const cohort::Stream& stream) {
+    cohort::detail::write_now(data_, bytes.data(), bytes.size(), stream);
   }
-  std::vector<std::byte> download() const {
+  std::vector<std::byte> download(const cohort::Stream& stream) const {
     std::vector<std::byte> bytes(bytes_);
-    if (device_.is_host()) {
-      std::memcpy(bytes.data(), data_, bytes_);
-    } else {
-#if COHORT_WITH_CUDA
-      cudaMemcpy(bytes.data(), data_, bytes_, cudaMemcpyDeviceToHost);
-#endif
-    }
+    cohort::detail::read_after(bytes.data(), data_, bytes_, stream);
     return bytes;
   }
 
@@ -316,7 +307,7 @@ double mean_over_ranks(cohort::World& world, const std::string& key, double valu
 void report_issue_cost(cohort::World& world, RawBackend* raw, const cohort::Stream& stream,
                        int iterations) {
   Memory buffer(world.device(), 4 * sizeof(float));
-  buffer.upload(pattern(cohort::DType::f32, world.rank(), 4));
+  buffer.upload(pattern(cohort::DType::f32, world.rank(), 4), stream);
   const auto view = cohort::TensorView(buffer.data(), 4, cohort::DType::f32, world.device());
   std::vector<double> cohort_us, raw_us;
   const long long clones_before = clones_since_boot();
@@ -421,7 +412,7 @@ int run(cohort::World& world, const Options& options) {
     row.bytes = row.count * element;
     Memory input(world.device(), row.bytes);
     Memory output(world.device(), row.bytes);
-    input.upload(pattern(*dtype, world.rank(), row.count));
+    input.upload(pattern(*dtype, world.rank(), row.count), stream);
     const auto in_view = cohort::TensorView(input.data(), row.count, *dtype, world.device());
     const auto out_view = cohort::TensorView(output.data(), row.count, *dtype, world.device());
 
@@ -470,14 +461,17 @@ int run(cohort::World& world, const Options& options) {
     }
 
     if (options.check > 0) {
-      output.upload(pattern(*dtype, 0, row.count));  // overwritten by the out-of-place result
+      // Overwritten by the out-of-place result.
+      output.upload(pattern(*dtype, 0, row.count), stream);
       comm.all_reduce(in_view, out_view, op, stream).wait();
       stream.synchronize();
-      const double oop_wrong = static_cast<double>(count_wrong(*dtype, op, n, output.download()));
-      output.upload(pattern(*dtype, world.rank(), row.count));
+      const double oop_wrong =
+          static_cast<double>(count_wrong(*dtype, op, n, output.download(stream)));
+      output.upload(pattern(*dtype, world.rank(), row.count), stream);
       comm.all_reduce(out_view, op, stream).wait();
       stream.synchronize();
-      const double ip_wrong = static_cast<double>(count_wrong(*dtype, op, n, output.download()));
+      const double ip_wrong =
+          static_cast<double>(count_wrong(*dtype, op, n, output.download(stream)));
       row.oop_wrong = static_cast<std::size_t>(mean_over_ranks(world, key + "/w1", oop_wrong) * n);
       row.ip_wrong = static_cast<std::size_t>(mean_over_ranks(world, key + "/w2", ip_wrong) * n);
       total_wrong += row.oop_wrong + row.ip_wrong;
