@@ -191,6 +191,7 @@ done
 # ---- the check script, the GPU tests for ctest, and what this bundle is -----------------------
 cp "$cohort_root/scripts/gpu-check.sh" "$out_dir/"
 [ -f "$cohort_root/scripts/gpu/torch_mlp_step.py" ] && cp "$cohort_root/scripts/gpu/torch_mlp_step.py" "$out_dir/"
+cp "$cohort_root/scripts/gpu/nvidia_libraries.py" "$out_dir/"  # gpu-check.sh's choice of libraries
 {
   echo "# The GPU tests of this bundle: ctest --test-dir <bundle> -L gpu --no-tests=error"
   for test in "${gpu_tests[@]}"; do
