@@ -18,6 +18,7 @@
 #include <cohort/optim/data_parallel_target.hpp>
 
 #include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #ifdef COHORT_CHECKPOINT_BENCH_GPU
 #include <layers/math.hpp>
@@ -186,22 +187,28 @@ int main(int argc, char** argv) {
   bool gpu = false;
   int window = 4;
   double compute_ms = 0;
-  CLI::App app{"Checkpoint save/load throughput vs plain sequential I/O, and the async-save stall"};
+  namespace cli = cohort::cli;
+  CLI::App app{"checkpoint_bench: checkpoint save and load throughput against plain sequential "
+               "I/O of the same bytes, and the stall of the training steps after save_async",
+               "checkpoint_bench"};
+  cli::conventions(app);
   app.add_option("--ranks", ranks, "ranks as threads (with --gpu: at most the GPUs; default all of them)")
-      ->check(CLI::Range(1, 64));
+      ->check(cli::whole(1, 64));
   app.add_flag("--gpu", gpu,
                "one rank per GPU (NCCL): parameters and AdamW state on the device, saved through "
                "pinned memory; --compute-ms is then fp32 GEMMs on the compute stream");
   app.add_option("--elements", elements, "f32 parameters (AdamW adds two state arrays)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "timed repetitions (after one warm-up)")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "asynchronous saves for the stall measurement")->check(CLI::Range(4, 100000));
+      ->check(cli::whole(1, 1e12));
+  app.add_option("--repeats", repeats, "timed repetitions (after one warm-up)")
+      ->check(cli::whole(1, 1e6));
+  app.add_option("--steps", steps, "asynchronous saves for the stall measurement")
+      ->check(cli::whole(4, 100000));
   app.add_option("--window", window, "steps after each save_async that count towards its stall")
-      ->check(CLI::Range(1, 1000));
+      ->check(cli::whole(1, 1000));
   app.add_option("--compute-ms", compute_ms,
                  "work per step standing for forward and backward, in milliseconds (on an idle core, "
                  "or on the GPU with --gpu)")
-      ->check(CLI::Range(0.0, 10000.0));
+      ->check(cli::number(0.0, 10000.0));
   app.add_option("--dir", dir, "folder for the files (removed afterwards)");
   app.add_flag("--gather", gather,
                "load: each rank reads a slice of the replicated arrays and the ranks all-gather them "
@@ -209,7 +216,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-gather", no_gather, "load: every rank reads the replicated arrays whole")
       ->excludes("--gather");
   app.add_flag("--cold", cold, "drop the files' page cache before each read (reads from the disk)");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
   const std::filesystem::path folder = std::filesystem::absolute(dir);
   std::filesystem::create_directories(folder);
 

@@ -6,17 +6,20 @@
 // (algbw x 2(n-1)/n, as nccl-tests reports for all-reduce). "paired" is the median of the
 // per-repetition ratios, which is steadier than the ratio of medians on a loaded machine.
 //
-//     ddp_bench [repetitions]
+//     ddp_bench [--repetitions N]
 #include "common/bench_common.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cli_checks.hpp>
 
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
-
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,7 +130,16 @@ Result measure(std::size_t bytes, std::size_t tensors, int repetitions) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 11;
+  int repetitions = 11;
+  CLI::App app{
+      "ddp_bench: DataParallel::sync_grads against the raw all-reduces of the same "
+      "buckets, 4 host ranks (threads), models of 4 and 32 MiB; medians of the "
+      "repetitions after 3 warm-ups, and their paired ratio",
+      "ddp_bench"};
+  cohort::cli::conventions(app);
+  app.add_option("-n,--repetitions", repetitions, "timed repetitions of each of the two")
+      ->check(cohort::cli::whole(1, 1e6));
+  if (const std::optional<int> status = cohort::cli::parse(app, argc, argv)) return *status;
   std::printf("# ddp_bench: sync_grads vs raw bucket all-reduces, %d host ranks (threads, Gloo)\n",
               kRanks);
   std::printf("# machine: %s; median of %d after 3 warm-ups\n",
@@ -138,9 +150,8 @@ int main(int argc, char** argv) {
        {std::pair<std::size_t, std::size_t>{std::size_t{4} << 20, 24},
         std::pair<std::size_t, std::size_t>{std::size_t{32} << 20, 48}}) {
     const Result r = measure(bytes, tensors, repetitions);
-    const double busbw =
-        cohort::bench::algbw_gbps(static_cast<double>(bytes), r.raw_ms * 1e-3) *
-        cohort::bench::bus_factor(cohort::bench::Collective::all_reduce, kRanks);
+    const double busbw = cohort::bench::algbw_gbps(static_cast<double>(bytes), r.raw_ms * 1e-3) *
+                         cohort::bench::bus_factor(cohort::bench::Collective::all_reduce, kRanks);
     std::printf("%7.0f MiB %8zu %8zu %9.2f ms %9.2f ms %8.3f %8.3f %7.2f GB/s %11.2f ms\n",
                 static_cast<double>(bytes) / (1 << 20), r.tensors, r.buckets, r.ddp_ms, r.raw_ms,
                 r.ddp_ms / r.raw_ms, r.paired_ratio, busbw, r.stats_comm_ms);

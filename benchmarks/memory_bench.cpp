@@ -17,6 +17,8 @@
 #include <cohort/memory/host_pool.hpp>
 #include <cohort/memory/host_resource.hpp>
 
+#include "common/benchmark_main.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -298,4 +300,12 @@ BENCHMARK_CAPTURE(BM_StreamManaged, preferred_on_host, Placement::preferred_on_h
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return cohort::bench::benchmark_main(
+      argc, argv, "memory_bench",
+      "memory_bench: what an allocation costs from cohort's host pool against malloc, and on a GPU "
+      "what a streaming kernel gets from device and managed memory as a percent of a device copy "
+      "(skipped with the reason without one).",
+      "  memory_bench --benchmark_filter=Host    # allocate + free\n  memory_bench "
+      "--benchmark_filter=Stream  # GPU: bytes/s and % of a device-to-device copy\n");
+}

@@ -17,6 +17,8 @@
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/sgd.hpp>
 
+#include "common/benchmark_main.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -246,4 +248,12 @@ BENCHMARK(BM_CudaSgdMomentumF32)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return cohort::bench::benchmark_main(
+      argc, argv, "optim_bench",
+      "optim_bench: fused optimizer steps (AdamW and SGD, f32 and bf16) in bytes per second and as "
+      "a percent of a measured copy ceiling; on the host one core, on a GPU the device (skipped "
+      "with the reason without one).",
+      "  optim_bench --benchmark_filter=Host     # the host loops, one core\n  optim_bench "
+      "--benchmark_filter=Cuda     # a GPU\n");
+}

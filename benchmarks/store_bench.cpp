@@ -5,16 +5,19 @@
 #include <cohort/launch/memory_store.hpp>
 #include <cohort/launch/tcp_store.hpp>
 
+#include "common/benchmark_main.hpp"
+
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
-std::unique_ptr<cohort::Store> make_store(int kind, std::unique_ptr<cohort::TcpStoreServer>& server) {
+std::unique_ptr<cohort::Store> make_store(int kind,
+                                          std::unique_ptr<cohort::TcpStoreServer>& server) {
   switch (kind) {
     case 0:
       return std::make_unique<cohort::MemoryStore>();
@@ -63,4 +66,10 @@ BENCHMARK(BM_Add)->DenseRange(0, 2)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return cohort::bench::benchmark_main(
+      argc, argv, "store_bench",
+      "store_bench: the round-trip cost of the rendezvous stores (memory, file, TCP), what a "
+      "barrier or a unique-id exchange pays per call.",
+      "  store_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true\n");
+}

@@ -183,6 +183,29 @@ done
 [ -z "$mismatch" ] || die "refusing to run with another major version or an older release: ${mismatch}put the matching library first on LD_LIBRARY_PATH (now: ${LD_LIBRARY_PATH:-empty})"
 context="$card, driver $driver, CUDA $(json versions "cuda runtime" loaded), NCCL $(json versions nccl loaded), cohort ${commit:-unknown}"
 echo "- Every number below: $context" >>"$report"
+# The doctor's GPU health comes through NVML and sysfs (links, PCIe width and generation, ECC,
+# remapped rows, clocks, persistence, MIG, RDMA ports): on a real driver NVML must see every GPU
+# nvidia-smi lists, and the doctor's collectives must be right on NCCL.
+nvml_seen=$(python3 - "$out_dir/doctor.json" <<'PY' 2>/dev/null
+import json, sys
+health = json.load(open(sys.argv[1])).get("gpu_health") or {}
+if health.get("nvml_loaded"):
+    gpus = health.get("gpus", [])
+    print("%d GPU(s), driver %s; PCIe %s; link matrix %s" % (
+        len(gpus), health.get("driver_version"),
+        ", ".join("GPU%d Gen%s x%s of Gen%s x%s" % (g["index"], g["pcie"]["generation"],
+                  g["pcie"]["width"], g["pcie"]["max_generation"], g["pcie"]["max_width"])
+                  for g in gpus if g.get("pcie")),
+        health.get("link_matrix")))
+PY
+)
+if [ -n "$nvml_seen" ] && [ "${nvml_seen%% *}" = "$(wc -l <<<"$gpu_table")" ]; then
+  result "cohort-doctor GPU health through NVML" PASS "$nvml_seen"
+else
+  result "cohort-doctor GPU health through NVML" FAIL "NVML saw: ${nvml_seen:-nothing} (nvidia-smi: $(wc -l <<<"$gpu_table") GPU(s))"
+fi
+step "cohort-doctor --collective (NCCL, every collective checked)" 60 optional \
+  "$out_dir/doctor-collective.log" "$bin/cohort-doctor" --collective --bytes 64M
 
 # ---- 2. the GPU tests -------------------------------------------------------------------------
 section "2. GPU tests"
@@ -252,7 +275,7 @@ fi
 if step "memory_bench" 60 optional "$out_dir/memory_bench.log" "$bin/memory_bench" --benchmark_filter='Managed|DeviceMalloc|Ceiling|Stream' "${gbench[@]}"; then
   quote "$out_dir/memory_bench.log" 20
 fi
-if step "allreduce_bench, 2 ranks" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" -b 1K -e 64M -f 8 -n 10 -w 3; then
+if step "allreduce_bench, 2 ranks, every collective" 60 optional "$out_dir/allreduce_bench.log" "${two_ranks[@]}" "$bin/allreduce_bench" --collective all -b 1K -e 64M -f 8 -n 10 -w 3 --json "$out_dir/allreduce_bench.json"; then
   quote "$out_dir/allreduce_bench.log" 20
 fi
 # The checkpoint stall where it matters: the copy is a DMA into pinned memory, the step's compute
@@ -265,12 +288,21 @@ fi
 # No --ranks: that option asks for host ranks as threads; without it scaling_bench takes every
 # GPU, here the one.
 if step "scaling_bench mlp, real compute, 1 GPU" 90 optional "$out_dir/scaling_bench.log" \
-     "$bin/scaling_bench" --workload mlp --compute real --steps 20 --warmup 5; then
+     "$bin/scaling_bench" --workload mlp --compute real --steps 20 --warmup 5 \
+     --json "$out_dir/scaling_mlp.json"; then
   quote "$out_dir/scaling_bench.log" 15
 fi
 if step "scaling_bench resnet50, real cuDNN convolutions, 1 GPU" 90 optional "$out_dir/scaling_bench_resnet50.log" \
-     "$bin/scaling_bench" --workload resnet50 --compute real --steps 10 --warmup 3; then
+     "$bin/scaling_bench" --workload resnet50 --compute real --steps 10 --warmup 3 \
+     --json "$out_dir/scaling_resnet50.json"; then
   quote "$out_dir/scaling_bench_resnet50.log" 12
+fi
+# --precision on real compute: GPT-2's GEMMs in BF16 on tensor cores, bf16 gradients with fp32
+# master weights, the throughput in tokens/s.
+if step "scaling_bench gpt2-124m bf16, 1 GPU" 90 optional "$out_dir/scaling_bench_gpt2_bf16.log" \
+     "$bin/scaling_bench" --workload gpt2-124m --compute real --precision bf16 --steps 10 \
+     --warmup 3 --json "$out_dir/scaling_gpt2_bf16.json"; then
+  quote "$out_dir/scaling_bench_gpt2_bf16.log" 12
 fi
 
 # ---- 6. the same MLP step in PyTorch ----------------------------------------------------------

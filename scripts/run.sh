@@ -4,11 +4,15 @@
 #   1. trains the MLP of examples/train_mlp data-parallel, one rank per GPU (4 host ranks without
 #      a GPU), started by cohortrun: progress lines, then the test accuracy and the throughput;
 #   2. runs benchmarks/scaling_bench on the MLP workload: weak scaling at 1, 2, 4, ... ranks, the
-#      efficiency and where the lost percent goes, and a projection to 8 and 64 GPUs.
+#      efficiency and where the lost percent goes, the model checked against every measured count,
+#      and a projection to 8 and 64 GPUs from compute that belongs to the target: on GPUs, this
+#      card's measured compute; without one, an A100's published TF32 peak at a stated
+#      utilization (COHORT_TARGET_UTILIZATION, default 0.4), never the host's simulated compute.
 # Reports and the plot are written to build/<preset>/reports/.
 #
 #   scripts/run.sh
 #   COHORT_RANKS=8 scripts/run.sh       # choose the number of ranks
+#   COHORT_TARGET_UTILIZATION=0.3 scripts/run.sh   # without a GPU: the A100 utilization assumed
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
@@ -43,11 +47,16 @@ echo "== 1. training the MLP data-parallel on $ranks ranks"
 
 echo
 echo "== 2. weak scaling of the MLP workload, 1 to $ranks ranks"
-bench_ranks=(--ranks "$ranks")         # host ranks as threads; their compute is simulated
 if [ "$gpus" -gt 0 ]; then
-  bench_ranks=()                       # every GPU found, one thread each; real compute
+  # Every GPU found, one thread each; real compute, projected from this card's own.
+  bench_args=(--target this)
+else
+  # Host ranks as threads: their compute is a sleep that belongs to no GPU, so the projection
+  # starts from an A100's published TF32 peak at a stated utilization, and says so.
+  bench_args=(--ranks "$ranks" --precision tf32 --target a100
+              --target-utilization "${COHORT_TARGET_UTILIZATION:-0.4}")
 fi
-"$build/benchmarks/scaling_bench" "${bench_ranks[@]}" --workload mlp \
+"$build/benchmarks/scaling_bench" "${bench_args[@]}" --workload mlp \
   --json "$reports/scaling_mlp.json" --plot "$reports/scaling_mlp.png"
 echo
 echo "cohort: reports in $reports (train_mlp.json, scaling_mlp.json, scaling_mlp.png)"

@@ -1,8 +1,11 @@
 #pragma once
 
 /// @file
-/// What every benchmark program reports the same way: medians, bus bandwidth as nccl-tests
-/// defines it, and the line that names the machine a number was measured on.
+/// What every benchmark program reports the same way: medians and spread, bus bandwidth as
+/// nccl-tests defines it, the line that names the machine a number was measured on, and the
+/// provenance every JSON report starts with.
+
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -11,6 +14,40 @@ namespace cohort::bench {
 
 /// The median (the mean of the middle two for an even count); 0 for no values.
 double median(std::vector<double> values);
+
+/// The arithmetic mean; 0 for no values.
+double mean(const std::vector<double>& values);
+
+/// The `p`-th percentile (0 to 100), linear between the nearest ranks; 0 for no values.
+double percentile(std::vector<double> values, double p);
+
+/// The spread of a set of values, as every report gives it.
+struct Spread {
+  double p10 = 0, median = 0, p90 = 0, min = 0, max = 0, mean = 0;
+  std::size_t count = 0;
+};
+Spread spread(const std::vector<double>& values);
+/// {"p10": .., "median": .., "p90": .., "min": .., "max": .., "mean": .., "n": ..}, each value
+/// times `scale` (1e-3 turns ms into s); null for no values.
+nlohmann::json spread_json(const Spread& spread, double scale = 1.0);
+
+/// The git commit this program was built from ("abc123def456", "+changes" when the tree had
+/// uncommitted changes), or "unknown".
+std::string commit();
+
+/// The environment worth recording with a measurement: NCCL_*, COHORT_*, GLOO_*, CUDA_*,
+/// OMP_NUM_THREADS, OPENBLAS_NUM_THREADS; secrets (names with TOKEN, SECRET, PASSWORD, KEY)
+/// as "(set, not shown)".
+nlohmann::json relevant_environment();
+
+/// What every JSON report starts with, so that two runs can be compared: `schema` (a name and
+/// version, "cohort.scaling_bench/2"), the time (UTC, ISO 8601), cohort's version and commit,
+/// `hosts` (each rank's host name, in rank order), the command line and the environment.
+nlohmann::json provenance(const std::string& schema, const std::vector<std::string>& command_line,
+                          const std::vector<std::string>& hosts);
+
+/// This process's host name.
+std::string host_name();
 
 /// Bytes per second of moving `bytes` in `seconds`, in GB/s (1e9 bytes per second); 0 when
 /// `seconds` is not positive.

@@ -60,18 +60,30 @@ def summarize_allreduce(rounds, mpi, iters):
     print(f"(each round: per-rank median of {iters} iterations after 5 warm-up, averaged over ranks)\n")
     print("| size | cohort shm | cohort gloo | raw Gloo | Open MPI | memcpy | shm / MPI | rounds shm faster |")
     print("|---|---|---|---|---|---|---|---|")
+    # allreduce_bench's JSON (schema cohort.allreduce_bench/2): times in seconds, null where a
+    # column does not apply (no raw backend on shared memory).
+    def in_place_us(r):
+        return r["in_place"]["time_s"] * 1e6
+
+    def raw_us(r):
+        return r["raw"]["time_s"] * 1e6 if r.get("raw") else None
+
+    def memcpy_us(r):
+        return r["memcpy_time_s"] * 1e6 if r.get("memcpy_time_s") is not None else None
+
     for size in sizes:
-        def column(transport, key):
-            return median([r[key] for run in rounds[transport] for r in run["records"]
-                           if r["bytes"] == size])
-        shm = column("shm", "time_us")
-        gloo = column("gloo", "time_us")
-        raw = column("gloo", "raw_time_us")
-        copy = column("shm", "memcpy_time_us")
+        def column(transport, value):
+            values = [value(r) for run in rounds[transport] for r in run["records"]
+                      if r["bytes"] == size]
+            return median([v for v in values if v is not None])
+        shm = column("shm", in_place_us)
+        gloo = column("gloo", in_place_us)
+        raw = column("gloo", raw_us)
+        copy = column("shm", memcpy_us)
         peer = median(mpi.get(size, []))
         ratio = f"{shm / peer:.2f}" if shm and peer else "n/a"
         # Round by round (each round runs both): in how many was shared memory the faster.
-        shm_rounds = [next((r["time_us"] for r in run["records"] if r["bytes"] == size), None)
+        shm_rounds = [next((in_place_us(r) for r in run["records"] if r["bytes"] == size), None)
                       for run in rounds["shm"]]
         pairs = [(a, b) for a, b in zip(shm_rounds, mpi.get(size, [])) if a is not None]
         faster = f"{sum(a < b for a, b in pairs)} of {len(pairs)}" if pairs else "n/a"

@@ -48,17 +48,21 @@ std::size_t ConvWork::scratch_bytes(const layers::Workload& workload, int batch)
   return (sizes.input + sizes.output) * sizeof(float);
 }
 
-ConvWork::ConvWork(layers::Math& math, const layers::Workload& workload, int batch)
-    : ops_(math, layers::Layout::nchw), geometry_(batched(workload, batch)) {
+ConvWork::ConvWork(layers::Math& math, const layers::Workload& workload, int batch,
+                   cohort::DType dtype)
+    : ops_(math, layers::Layout::nchw), geometry_(batched(workload, batch)), dtype_(dtype) {
   COHORT_EXPECTS(applies_to(workload),
                  "workload '" + workload.name + "' has no convolution layers to run");
+  COHORT_EXPECTS(dtype == cohort::DType::f32 || dtype == cohort::DType::bf16,
+                 "the convolutions run in f32 or bf16 (layers::CnnOps), not " +
+                     std::string(cohort::to_string(dtype)));
   const ScratchSizes sizes = largest(geometry_);
-  input_ = math.allocate_floats(sizes.input);
-  output_ = math.allocate_floats(sizes.output);
+  input_ = math.allocate_bytes(sizes.input * cohort::size_of(dtype));
+  output_ = math.allocate_bytes(sizes.output * cohort::size_of(dtype));
 }
 
 cohort::TensorView ConvWork::scratch(cohort::Buffer& buffer, std::size_t count) {
-  return cohort::TensorView(buffer.data(), count, cohort::DType::f32, ops_.math().device());
+  return cohort::TensorView(buffer.data(), count, dtype_, ops_.math().device());
 }
 
 void ConvWork::forward(std::size_t layer, const cohort::DataParallel& dp, cohort::ParamHandle filter) {

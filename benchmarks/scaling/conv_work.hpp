@@ -1,7 +1,7 @@
 #pragma once
 
 // scaling_bench's real convolutions: a workload's convolution layers run at the model's shapes
-// (cuDNN on a GPU, the host convolutions of examples/layers on host ranks), their filters read
+// (cuDNN on a GPU, the host convolutions of workloads/ on host ranks), their filters read
 // from and their filter gradients written into DataParallel's arenas, so that the step's compute
 // and its gradient traffic are the model's own. Activations are scratch tensors of the largest
 // layer's size, reused by every layer: the benchmark times the work, not the values.
@@ -20,9 +20,12 @@ namespace scaling {
 
 class ConvWork {
  public:
-  /// The convolution layers of `workload` at `batch` samples, on `math`'s device and stream.
-  /// @throws InvalidArgument when the workload has no convolution or a GPU build has no cuDNN.
-  ConvWork(layers::Math& math, const layers::Workload& workload, int batch);
+  /// The convolution layers of `workload` at `batch` samples, on `math`'s device and stream, in
+  /// `dtype` (f32, or bf16 on a GPU: the dtype of the filters in DataParallel's arenas).
+  /// @throws InvalidArgument when the workload has no convolution, a GPU build has no cuDNN, or
+  ///         the dtype is neither.
+  ConvWork(layers::Math& math, const layers::Workload& workload, int batch,
+           cohort::DType dtype = cohort::DType::f32);
 
   /// Whether `workload` has convolution layers that ConvWork can run.
   static bool applies_to(const layers::Workload& workload);
@@ -43,6 +46,7 @@ class ConvWork {
 
   layers::CnnOps ops_;
   std::vector<std::optional<layers::ConvGeometry>> geometry_;  // per layer, at the batch
+  cohort::DType dtype_;
   cohort::Buffer input_, output_;  // the largest input and output of any layer, zeroed
 };
 

@@ -1,6 +1,7 @@
 #include "scaling/measure.hpp"
 
 #include "scaling/conv_work.hpp"
+#include "scaling/gemm_work.hpp"
 
 #include <layers/bucket_json.hpp>
 #include <layers/dataset.hpp>
@@ -24,10 +25,12 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-cohort::ParamRegistry registry_of(const layers::Workload& workload) {
+cohort::ParamRegistry registry_of(const layers::Workload& workload, cohort::DType dtype) {
   cohort::ParamRegistry registry;
   for (const layers::WorkloadLayer& layer : workload.layers) {
-    for (const layers::WorkloadParam& param : layer.params) registry.add(param.name, param.shape);
+    for (const layers::WorkloadParam& param : layer.params) {
+      registry.add(param.name, param.shape, dtype);
+    }
   }
   return registry;
 }
@@ -43,11 +46,11 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   cohort::ParamRegistry registry;
   std::unique_ptr<layers::Mlp> mlp;
   const layers::MlpConfig mlp_config{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
-                                     .classes = 10, .dtype = cohort::DType::f32};
+                                     .classes = 10, .dtype = setup.grad_dtype};
   if (real_mlp) {
     mlp = std::make_unique<layers::Mlp>(mlp_config, registry);
   } else {
-    registry = registry_of(setup.workload);
+    registry = registry_of(setup.workload, setup.grad_dtype);
   }
   cohort::DataParallelOptions dp_options;
   if (options.bucket_mb > 0.0) {  // fixed caps; otherwise kAutoBucketBytes, the default
@@ -77,13 +80,16 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     stats = math.allocate_bytes(2 * sizeof(double));
   }
 
-  // Each layer's work for this rank's batch: a sleep of the modelled time, or real GEMMs.
+  // Each layer's work for this rank's batch: a sleep of the modelled time, or real GEMMs in the
+  // precision asked.
+  std::unique_ptr<GemmWork> gemms;
+  if (!setup.simulated && !real_mlp) gemms = std::make_unique<GemmWork>(math, setup.precision);
   auto work = [&](double flops) {
     if (setup.simulated) {
       math.simulate(std::chrono::nanoseconds(
           static_cast<std::int64_t>(flops / (options.sim_tflops * 1e12) * 1e9)));
     } else {
-      math.gemm_work(flops);
+      gemms->run(flops);
     }
   };
   const double batch = setup.batch;
@@ -91,7 +97,7 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   // on GPUs); its other layers, as every layer of the other workloads, run GEMMs of their FLOPs.
   std::unique_ptr<ConvWork> convs;
   if (!setup.simulated && !real_mlp && ConvWork::applies_to(setup.workload)) {
-    convs = std::make_unique<ConvWork>(math, setup.workload, setup.batch);
+    convs = std::make_unique<ConvWork>(math, setup.workload, setup.batch, setup.grad_dtype);
   }
   std::vector<std::vector<cohort::ParamHandle>> layer_params;
   for (const layers::WorkloadLayer& layer : setup.workload.layers) {
@@ -100,8 +106,12 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     layer_params.push_back(std::move(handles));
   }
 
+  // Events on the compute stream cut each step into its phases: forward and backward, the wait
+  // for communication in sync_grads, the optimizer; the rest of the wall time is outside them.
   cohort::Event start = cohort::Event::create(world.device(), true);
   cohort::Event backward_done = cohort::Event::create(world.device(), true);
+  cohort::Event synced = cohort::Event::create(world.device(), true);
+  cohort::Event stepped = cohort::Event::create(world.device(), true);
   RankSamples samples;
   samples.buckets = dp.bucket_sizing();
   int timed = options.steps;
@@ -134,6 +144,12 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     }
     const auto begin = Clock::now();
     start.record(stream);
+    double issue_ms = 0.0;  // host time inside grad_ready
+    auto ready = [&](cohort::ParamHandle handle) {
+      const auto issued = Clock::now();
+      dp.grad_ready(handle);
+      issue_ms += std::chrono::duration<double, std::milli>(Clock::now() - issued).count();
+    };
     if (real_mlp) {
       mlp->forward(static_cast<const float*>(inputs.data()), setup.batch);
       mlp->loss_and_backward(static_cast<const std::int32_t*>(labels.data()), setup.batch,
@@ -153,12 +169,14 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
         } else {
           work(2.0 * setup.workload.layers[l].forward_flops * batch);
         }
-        for (const cohort::ParamHandle handle : layer_params[l]) dp.grad_ready(handle);
+        for (const cohort::ParamHandle handle : layer_params[l]) ready(handle);
       }
     }
     backward_done.record(stream);
     dp.sync_grads();
+    synced.record(stream);
     optimizer.step();
+    stepped.record(stream);
     stream.synchronize();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
     last_step_s = step_ms / 1e3;
@@ -168,8 +186,15 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
     }
     const cohort::StepStats stats_now = dp.last_step_stats();
     if (step < options.warmup) continue;
+    const auto between = [](const cohort::Event& a, const cohort::Event& b) {
+      return static_cast<double>(cohort::Event::elapsed_ms(a, b));
+    };
     samples.step_ms.push_back(step_ms);
-    samples.compute_ms.push_back(static_cast<double>(cohort::Event::elapsed_ms(start, backward_done)));
+    samples.compute_ms.push_back(between(start, backward_done));
+    samples.issue_ms.push_back(issue_ms);
+    samples.wait_ms.push_back(between(backward_done, synced));
+    samples.optimizer_ms.push_back(between(synced, stepped));
+    samples.outside_ms.push_back(std::max(0.0, step_ms - between(start, stepped)));
     samples.comm_ms.push_back(stats_now.comm_ms);
     samples.exposed_ms.push_back(stats_now.exposed_ms);
     samples.bytes = static_cast<double>(stats_now.bytes);
@@ -179,9 +204,11 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
 }
 
 nlohmann::json to_json(const RankSamples& samples) {
-  return {{"step_ms", samples.step_ms},       {"compute_ms", samples.compute_ms},
-          {"comm_ms", samples.comm_ms},       {"exposed_ms", samples.exposed_ms},
-          {"bytes", samples.bytes},           {"collectives", samples.collectives},
+  return {{"step_ms", samples.step_ms},         {"compute_ms", samples.compute_ms},
+          {"issue_ms", samples.issue_ms},       {"wait_ms", samples.wait_ms},
+          {"optimizer_ms", samples.optimizer_ms}, {"outside_ms", samples.outside_ms},
+          {"comm_ms", samples.comm_ms},         {"exposed_ms", samples.exposed_ms},
+          {"bytes", samples.bytes},             {"collectives", samples.collectives},
           {"buckets", layers::bucket_json(samples.buckets)}};
 }
 
@@ -189,6 +216,10 @@ RankSamples from_json(const nlohmann::json& in) {
   RankSamples samples;
   samples.step_ms = in.at("step_ms").get<std::vector<double>>();
   samples.compute_ms = in.at("compute_ms").get<std::vector<double>>();
+  samples.issue_ms = in.at("issue_ms").get<std::vector<double>>();
+  samples.wait_ms = in.at("wait_ms").get<std::vector<double>>();
+  samples.optimizer_ms = in.at("optimizer_ms").get<std::vector<double>>();
+  samples.outside_ms = in.at("outside_ms").get<std::vector<double>>();
   samples.comm_ms = in.at("comm_ms").get<std::vector<double>>();
   samples.exposed_ms = in.at("exposed_ms").get<std::vector<double>>();
   samples.bytes = in.at("bytes").get<double>();

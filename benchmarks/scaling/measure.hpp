@@ -25,8 +25,9 @@ struct Progress {
   std::atomic<double> step_s{0.0};  ///< the last step's time
 };
 
-/// The workload's parameters, in registration order.
-cohort::ParamRegistry registry_of(const layers::Workload& workload);
+/// The workload's parameters, in registration order, in `dtype`.
+cohort::ParamRegistry registry_of(const layers::Workload& workload,
+                                  cohort::DType dtype = cohort::DType::f32);
 
 /// Runs the workload on `world` and returns this rank's samples. With `setup.budgeted`, the ranks
 /// agree after the warm-up on as many timed steps as fit `budget_per_count_s` (3 at least,

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <string>
 
 namespace scaling {
 namespace {
@@ -20,10 +22,12 @@ double time_run(cohort::Communicator& comm, const cohort::Stream& stream,
   stream.synchronize();
   const auto begin = std::chrono::steady_clock::now();
   std::vector<cohort::Work> works;
-  for (int i = 0; i < kPerRun; ++i) works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
+  for (int i = 0; i < kPerRun; ++i)
+    works.push_back(comm.all_reduce(view, cohort::ReduceOp::sum, stream));
   for (cohort::Work& work : works) work.wait();
   stream.synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count() /
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+             .count() /
          kPerRun;
 }
 
@@ -64,8 +68,9 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   }
   if (cross) {
     for (const std::size_t bytes : sizes) {
-      add(world.cross(), std::max<std::size_t>(1, bytes / sizeof(float) /
-                                                     static_cast<std::size_t>(world.local_world_size())));
+      add(world.cross(),
+          std::max<std::size_t>(
+              1, bytes / sizeof(float) / static_cast<std::size_t>(world.local_world_size())));
     }
   }
   // Sizes interleaved within each repetition, so that a burst of load from elsewhere on the
@@ -73,14 +78,19 @@ LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int r
   for (int rep = 0; rep < reps; ++rep) {
     for (Timed& t : timed) t.ms.push_back(time_run(*t.comm, stream, t.view));
   }
-  std::vector<float> medians;
-  for (const Timed& t : timed) medians.push_back(static_cast<float>(cohort::bench::median(t.ms)));
-  // The slowest rank's median of each size.
-  world.comm()
-      .all_reduce(cohort::TensorView::of(medians.data(), medians.size(), cohort::Device::host()),
-                  cohort::ReduceOp::max, stream)
-      .wait();
-  stream.synchronize();
+  // The slowest rank's median of each size, through the store: host values, which an NCCL
+  // communicator could not reduce.
+  std::string mine;
+  for (const Timed& t : timed) mine += std::to_string(cohort::bench::median(t.ms)) + " ";
+  std::vector<double> medians(timed.size(), 0.0);
+  for (const std::string& text : world.group().all_gather("scaling/probe", mine)) {
+    std::istringstream in(text);
+    for (double& slowest : medians) {
+      double value = 0.0;
+      in >> value;
+      slowest = std::max(slowest, value);
+    }
+  }
   probe.ms.assign(medians.begin(), medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
   probe.cross_ms.assign(medians.begin() + static_cast<std::ptrdiff_t>(sizes.size()), medians.end());
   // Least squares of ms = alpha + bytes x ms_per_byte.

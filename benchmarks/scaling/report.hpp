@@ -1,49 +1,45 @@
 #pragma once
 
-// scaling_bench's report: rows from every rank's samples, the lost time attributed, the ring-model
-// projection, the printed table, the JSON report and the plot.
+// scaling_bench's report: the printed tables, the JSON report (a versioned schema, so that two
+// clusters compare), the plot, and --compare.
 
+#include "scaling/model.hpp"
 #include "scaling/scaling_types.hpp"
-
-#include <cohort/comm/world.hpp>
-#include <cohort/ddp/param_registry.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace scaling {
 
-/// Reduces every rank's samples at one rank count to a row.
-Row summarize(int ranks, const std::vector<RankSamples>& all, double batch);
+/// The JSON report's schema; a reader refuses another major version.
+inline constexpr const char* kSchema = "cohort.scaling_bench/2";
 
-/// Efficiency against the 1-rank row, and the lost time split three ways (fractions of the step).
-void attribute(Row& row, const Row& one);
+/// Where the run was: ranks, nodes, ranks per node, backend, device, host of every rank.
+struct Topology {
+  int ranks = 0, nodes = 0, ranks_per_node = 0;
+  std::string backend, device;
+  std::vector<std::string> hosts;  // every rank's, in rank order
+};
 
-/// The byte size of each bucket of the step at `ranks` ranks planned with `caps` (what the link
-/// probe times).
-std::vector<std::size_t> bucket_sizes(const cohort::ParamRegistry& registry, int ranks,
-                                      const cohort::BucketSizing& caps);
+struct Report {
+  std::vector<Row> rows;
+  std::vector<ModelCheck> checks;  // one per row (invalid for 1 rank or without a probe)
+  ProjectionBasis basis;
+  std::vector<Projection> projections;
+  Topology topology;
+};
 
-/// The model's prediction of the measured `row` from the probe's per-collective cost.
-ModelCheck check_model(const Setup& setup, const Row& row, const Row& one,
-                       const cohort::ParamRegistry& registry, const LinkProbe& probe);
+void print_report(const Setup& setup, const Report& report);
 
-/// Projection to `gpus` GPUs from the 1-rank timeline and the given links (see scaling_bench.cpp).
-Projection project(int gpus, const Setup& setup, const Row& one,
-                   const cohort::ParamRegistry& registry);
+nlohmann::json report_json(const Setup& setup, const Report& report);
 
-void print_report(const Setup& setup, const std::vector<Row>& rows,
-                  const std::vector<Projection>& projections, const ModelCheck& check,
-                  const cohort::World& world, std::size_t buckets);
+/// Draws the JSON report at `json_path` into `picture_path` with python3 and matplotlib.
+void write_plot(const std::string& json_path, const std::string& picture_path);
 
-nlohmann::json report_json(const Setup& setup, const std::vector<Row>& rows,
-                           const std::vector<Projection>& projections, const ModelCheck& check,
-                           const cohort::World& world);
-
-/// Draws the JSON report at `json_path` into `png_path` with python3 and matplotlib.
-void write_plot(const std::string& json_path, const std::string& png_path);
+/// `scaling_bench --compare A.json B.json`: two reports side by side. Returns the exit status
+/// (2 when a file cannot be read or is not a report of this schema).
+int compare_reports(const std::string& a_path, const std::string& b_path);
 
 }  // namespace scaling

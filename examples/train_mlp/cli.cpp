@@ -12,6 +12,7 @@
 #include <cli_checks.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 namespace train_mlp {
@@ -24,9 +25,12 @@ int run_cli(int argc, char** argv, Model model) {
   std::string json;
   int ranks = 0;
   bool host = false;
-  CLI::App app{model == Model::cnn ? "ResNet-style CNN trained data-parallel with cohort"
-                                    : "MLP classifier trained data-parallel with cohort",
+  CLI::App app{model == Model::cnn ? "train_cnn: a ResNet-style CNN trained data-parallel with "
+                                      "cohort on generated images"
+                                    : "train_mlp: an MLP classifier trained data-parallel with "
+                                      "cohort on a mixture of Gaussians",
                name};
+  cli::conventions(app);
   app.add_option("--steps", options.steps, "training steps")->check(cli::whole(1, 1e9));
   app.add_option("--warmup-steps", options.warmup_steps,
                  "first steps left out of the timing (fewer than --steps)")
@@ -43,12 +47,13 @@ int run_cli(int argc, char** argv, Model model) {
         ->check(cli::whole(1, 1 << 16));
   }
   app.add_option("--optimizer", options.optimizer, "sgd (momentum 0.9) or adamw")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  app.add_option("--lr", options.lr, "learning rate (default 0.05 for sgd, 0.002 for adamw)")
-      ->check(cli::positive(1e3));
+      ->check(cli::one_of({"sgd", "adamw"}));
+  app.add_option("--lr", options.lr, "learning rate")
+      ->check(cli::positive(1e3))
+      ->default_str("0.05 for sgd, 0.002 for adamw");
   app.add_flag("--zero1", options.zero1, "ZeRO-1: reduce-scatter gradients, shard optimizer state");
   app.add_option("--precision", options.precision, "f32, or bf16 parameters and gradients")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(cli::one_of({"f32", "bf16"}));
   app.add_option("--log-every", options.log_every, "progress line every this many steps (0: none)")
       ->check(cli::whole(0, 1e9));
   double bucket_mb = 0.0;
@@ -77,7 +82,7 @@ int run_cli(int argc, char** argv, Model model) {
   app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)")
       ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
   if (bucket_mb > 0.0 || first_bucket_mb > 0.0) {
     // Either flag fixes the caps; the other keeps its default.
     auto bytes = [](double mb) { return static_cast<std::size_t>(mb * 1024.0 * 1024.0); };

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <source_location>
 
 namespace cohort {
 namespace {
@@ -31,9 +30,9 @@ struct Staged {
 /// Throws "checkpoint <where>: <what>", with the caller's file and line, as an
 /// UnloadableCheckpoint: what the checkpoint holds does not fit this program, and never will.
 [[noreturn]] void fail(const std::filesystem::path& where, const std::string& what,
-                       std::source_location at = std::source_location::current()) {
+                       const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   detail::throw_error<UnloadableCheckpoint>("checkpoint " + where.string() + ": " + what,
-                                            at.file_name(), static_cast<int>(at.line()));
+                                            file, line);
 }
 
 /// What to do about the checkpoint `latest` that can never load, where `fallback` is off and

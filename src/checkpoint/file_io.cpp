@@ -12,17 +12,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <source_location>
 
 namespace cohort::detail {
 namespace {
 
 /// Throws "checkpoint file <path>: <what>: <the system's reason>", with the caller's file and line.
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int error,
-                       std::source_location at = std::source_location::current()) {
+                       const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   detail::throw_error<CheckpointError>(
       "checkpoint file " + path.string() + ": " + what + ": " + std::strerror(error),
-      at.file_name(), static_cast<int>(at.line()));
+      file, line);
 }
 
 /// Closes a file descriptor when it goes out of scope.

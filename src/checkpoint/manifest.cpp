@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <limits>
-#include <source_location>
 #include <string>
 
 namespace cohort {
@@ -18,9 +17,8 @@ using Json = nlohmann::json;
 
 /// Throws "malformed checkpoint manifest: <what>", with the caller's file and line.
 [[noreturn]] void fail(const std::string& what,
-                       std::source_location at = std::source_location::current()) {
-  detail::throw_error<CheckpointError>("malformed checkpoint manifest: " + what, at.file_name(),
-                                       static_cast<int>(at.line()));
+                       const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  detail::throw_error<CheckpointError>("malformed checkpoint manifest: " + what, file, line);
 }
 
 const Json& field(const Json& object, const char* name, const std::string& where) {

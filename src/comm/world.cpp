@@ -9,6 +9,7 @@
 #endif
 
 #include <cohort/comm/detail/nccl_counts.hpp>
+#include <cohort/comm/transport.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
@@ -109,51 +110,21 @@ bool debug_from(const WorldOptions& options) {
 }
 
 HostTransport host_transport_from(const WorldOptions& options) {
-  if (options.host_transport) {
-    return *options.host_transport;
-  }
-  const std::optional<std::string> text = env::text(env::kHostTransport);
-  if (!text) {
-    return HostTransport::automatic;
-  }
-  const std::string_view value(*text);
-  if (value == "shm") {
-    return HostTransport::shm;
-  }
-  if (value == "gloo") {
-    return HostTransport::gloo;
-  }
-  if (value == "auto" || value == "automatic") {
-    return HostTransport::automatic;
-  }
-  COHORT_FAIL(InvalidArgument, std::string(env::kHostTransport) + "='" + std::string(value) +
-                                   "' is not a host transport; use shm (shared memory within a "
-                                   "host), gloo (TCP everywhere) or auto");
+  return cohort::host_transport_from(options.host_transport, process_environment());
 }
 
 // Note [The backend, decided once]
 // Which backend the world's communicators run on is decided in one place, before any of them
 // exists: `BackendChoice` says NCCL or the host (automatic: NCCL where this process sees a GPU),
 // `HostTransport` and the nodes the ranks run on say which host backend (Note [Host transport
-// selection]). The decision goes into the global communicator's context; the factory makes that
-// backend and its constructor checks it (expect_backend), none assigns it. A split's group
-// inherits NCCL, or gets the host backend its members' nodes call for, decided by the same rule
-// before its communicator exists. run_local decides NCCL or the host once for all its ranks.
+// selection]); the functions that decide are public (cohort/comm/transport.hpp), so that
+// cohort-doctor reports the same decision. The decision goes into the global communicator's
+// context; the factory makes that backend and its constructor checks it (expect_backend), none
+// assigns it. A split's group inherits NCCL, or gets the host backend its members' nodes call
+// for, decided by the same rule before its communicator exists. run_local decides NCCL or the host once for all its ranks.
 
-/// NCCL or the host, for `choice`: `nccl` or `host`, never `automatic`.
-BackendChoice resolve(BackendChoice choice) {
-  switch (choice) {
-    case BackendChoice::nccl:
-      COHORT_EXPECTS(built_with_cuda() && cuda_device_count() > 0,
-                     "the NCCL backend was asked for, but " + cuda_unavailable_reason());
-      return BackendChoice::nccl;
-    case BackendChoice::host:
-      return BackendChoice::host;
-    case BackendChoice::automatic:
-      break;
-  }
-  return built_with_cuda() && cuda_device_count() > 0 ? BackendChoice::nccl : BackendChoice::host;
-}
+/// NCCL or the host, for `choice` (cohort/comm/transport.hpp, which cohort-doctor calls too).
+BackendChoice resolve(BackendChoice choice) { return resolve_backend(choice); }
 
 /// This rank's place among the nodes: the launcher's word where it gave it, host names (or
 /// simulated nodes of `ranks_per_node`) for the rest (Note [Topology from the launcher]).

@@ -46,35 +46,91 @@ std::shared_ptr<Store> connect_store(const LaunchInfo& info, Milliseconds timeou
   return connect_store(info, process_environment(), timeout);
 }
 
-std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& lookup,
-                                     Milliseconds timeout) {
+StorePlan plan_store(const LaunchInfo& info, const EnvLookup& lookup) {
+  StorePlan plan;
   const std::string choice = env::text(lookup, env::kStore).value_or("");
+  const auto tcp = [&] {
+    plan.kind = StorePlan::Kind::tcp;
+    plan.host = info.master_addr;
+    plan.port = info.master_port;
+    plan.serves = info.rank == 0 && !info.store_is_external;
+    plan.has_token = env::text(lookup, env::kStoreToken).has_value();
+  };
+  const auto torch = [&] {
+    plan.kind = StorePlan::Kind::torch;
+    plan.host = info.master_addr;
+    plan.port = info.master_port;
+  };
   if (choice.empty()) {
     if (info.world_size == 1 && info.launcher == Launcher::none) {
-      return std::make_shared<MemoryStore>(timeout);
+      plan.kind = StorePlan::Kind::memory;
+    } else if (info.torch_agent_store) {
+      torch();
+    } else {
+      tcp();
     }
-    if (info.torch_agent_store) return connect_torch(info, timeout);
-    return connect_tcp(info, lookup, timeout);
+    return plan;
   }
-  if (choice == "tcp") return connect_tcp(info, lookup, timeout);
-  if (choice == "torch") return connect_torch(info, timeout);
+  if (choice == "tcp") {
+    tcp();
+    return plan;
+  }
+  if (choice == "torch") {
+    torch();
+    return plan;
+  }
   if (choice.starts_with(kFilePrefix)) {
-    const std::string folder = choice.substr(kFilePrefix.size());
-    COHORT_EXPECTS(!folder.empty(),
+    plan.kind = StorePlan::Kind::file;
+    plan.folder = choice.substr(kFilePrefix.size());
+    COHORT_EXPECTS(!plan.folder.empty(),
                    "COHORT_STORE='file:' names no folder; set COHORT_STORE=file:<folder> with a "
                    "folder every rank can see");
-    return std::make_shared<FileStore>(folder, info.run_id, timeout);
+    return plan;
   }
   if (choice == "memory") {
     COHORT_EXPECTS(info.world_size == 1,
                    "COHORT_STORE=memory cannot connect " + std::to_string(info.world_size) +
                        " processes; set COHORT_STORE to tcp or file:<folder>");
-    return std::make_shared<MemoryStore>(timeout);
+    plan.kind = StorePlan::Kind::memory;
+    return plan;
   }
   COHORT_FAIL(InvalidArgument, "COHORT_STORE='" + choice +
                                    "' is not a store; set COHORT_STORE to tcp (the default), "
                                    "torch (PyTorch's TCPStore at the master address), "
                                    "file:<folder> or memory (a single process)");
+}
+
+std::string StorePlan::describe() const {
+  const std::string address = host + ":" + std::to_string(port);
+  switch (kind) {
+    case Kind::memory:
+      return "in-process memory store (one process)";
+    case Kind::tcp:
+      return "cohort's TCP store at " + address +
+             (serves ? " (this rank serves it)" : " (served by rank 0 or the launcher)") +
+             (has_token ? ", with a token" : ", without a token");
+    case Kind::torch:
+      return "PyTorch's TCPStore at " + address;
+    case Kind::file:
+      return "file store in " + folder;
+  }
+  return "unknown store";
+}
+
+std::shared_ptr<Store> connect_store(const LaunchInfo& info, const EnvLookup& lookup,
+                                     Milliseconds timeout) {
+  const StorePlan plan = plan_store(info, lookup);
+  switch (plan.kind) {
+    case StorePlan::Kind::memory:
+      return std::make_shared<MemoryStore>(timeout);
+    case StorePlan::Kind::torch:
+      return connect_torch(info, timeout);
+    case StorePlan::Kind::file:
+      return std::make_shared<FileStore>(plan.folder, info.run_id, timeout);
+    case StorePlan::Kind::tcp:
+      break;
+  }
+  return connect_tcp(info, lookup, timeout);
 }
 
 }  // namespace cohort

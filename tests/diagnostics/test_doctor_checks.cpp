@@ -60,7 +60,7 @@ TEST(DoctorDriver, OlderMajorThanRuntimeIsAnError) {
   EXPECT_TRUE(contains(finding.message, "13.0")) << finding.message;
   EXPECT_TRUE(contains(finding.advice, "upgrade the NVIDIA driver")) << finding.advice;
   const std::vector<Finding> findings = {finding};
-  EXPECT_EQ(cohort::doctor::exit_status(findings), 2);
+  EXPECT_EQ(cohort::doctor::exit_status(findings), 1);
 }
 
 TEST(DoctorDriver, OlderMinorOfSameMajorIsAWarning) {
@@ -91,12 +91,12 @@ TEST(DoctorLibraries, ComparesLoadedWithCompiled) {
   EXPECT_TRUE(contains(older.advice, "LD_LIBRARY_PATH")) << older.advice;
 }
 
-TEST(DoctorFindings, ExitStatusIsTwoOnlyForErrors) {
+TEST(DoctorFindings, ExitStatusIsOneOnlyForErrors) {
   std::vector<Finding> findings = {
       {Severity::ok, "a", "", ""}, {Severity::info, "b", "", ""}, {Severity::warn, "c", "", ""}};
   EXPECT_EQ(cohort::doctor::exit_status(findings), 0);
   findings.push_back({Severity::error, "d", "", ""});
-  EXPECT_EQ(cohort::doctor::exit_status(findings), 2);
+  EXPECT_EQ(cohort::doctor::exit_status(findings), 1);  // 2 is a usage error
   EXPECT_EQ(cohort::doctor::exit_status({}), 0);
   EXPECT_EQ(cohort::doctor::to_string(Severity::warn), "warn");
 }

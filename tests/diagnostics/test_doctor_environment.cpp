@@ -65,7 +65,6 @@ TEST(DoctorEnvironment, FlagsSlowAndDebugSettings) {
       {"NCCL_DEBUG", Severity::info},
       {"CUDA_LAUNCH_BLOCKING", Severity::warn},
       {"CUDA_VISIBLE_DEVICES", Severity::warn},
-      {"COHORT_LOG_LEVEL", Severity::warn},
       {"NCCL_BLOCKING_WAIT", Severity::info},
       {"COHORT_ALLOW_SHARED_GPU", Severity::info}};
   EXPECT_EQ(findings.size(), expected.size());
@@ -78,6 +77,11 @@ TEST(DoctorEnvironment, FlagsSlowAndDebugSettings) {
     }
   }
   EXPECT_EQ(cohort::doctor::exit_status(findings), 0);
+  // A log level init() refuses is the library settings' error, not a warning here.
+  EXPECT_EQ(find_topic(findings, "COHORT_LOG_LEVEL"), nullptr);
+  const auto settings = cohort::doctor::check_library_settings(environment);
+  ASSERT_NE(find_topic(settings, "COHORT_LOG_LEVEL"), nullptr);
+  EXPECT_EQ(find_topic(settings, "COHORT_LOG_LEVEL")->severity, Severity::error);
 }
 
 TEST(DoctorEnvironment, MultiRankGpuNeedsNccl230) {

@@ -54,17 +54,36 @@ cohort::doctor::Report two_gpu_report() {
   }
   report.peer_links = full_mesh(2);
   report.nvlink_note = "cannot be determined";
+  report.nccl_backend = true;
+  // NVML: two healthy GPUs.
+  report.gpu_system.nvml_loaded = true;
+  report.gpu_system.driver_version = "580.65.06";
+  report.gpu_system.nvml_version = "13.580.65.06";
+  report.gpu_system.nvidia_pci_devices = 2;
+  for (int index = 0; index < 2; ++index) {
+    cohort::doctor::GpuHealth health;
+    health.index = index;
+    health.name = "NVIDIA H200";
+    health.pcie = cohort::doctor::PcieLink{5, 16, 5, 16};
+    health.ecc_enabled = true;
+    health.ecc_uncorrected_volatile = 0;
+    health.ecc_uncorrected_aggregate = 0;
+    health.throttle_reasons = 0x1;
+    health.persistence = true;
+    health.mig = false;
+    report.gpu_system.gpus.push_back(health);
+  }
   return report;
 }
 
-TEST(DoctorReport, DriverTooOldMakesExitStatusTwo) {
+TEST(DoctorReport, DriverTooOldMakesExitStatusOne) {
   auto report = two_gpu_report();
   report.cuda_driver_code = 12040;
   const auto findings = cohort::doctor::diagnose(report);
   const Finding* driver = find_topic(findings, "CUDA driver");
   ASSERT_NE(driver, nullptr);
   EXPECT_EQ(driver->severity, Severity::error);
-  EXPECT_EQ(cohort::doctor::exit_status(findings), 2);
+  EXPECT_EQ(cohort::doctor::exit_status(findings), 1);
 }
 
 TEST(DoctorReport, HealthyGpuMachineOnlyWarnsAboutShm) {

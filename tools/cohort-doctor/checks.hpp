@@ -36,7 +36,7 @@ struct Finding {
   std::string advice;   ///< what to do about it; empty when nothing
 };
 
-/// 2 when any finding is an error, else 0.
+/// 1 when any finding is an error, else 0 (2 is a usage error, as for every cohort program).
 int exit_status(std::span<const Finding> findings) noexcept;
 
 // ---- Versions --------------------------------------------------------------------------------
@@ -212,6 +212,224 @@ Finding check_nccl_socket(const EnvMap& environment, std::span<const NetworkInte
 /// fallback. Problems are warnings: whether the host backend is used depends on the program.
 Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInterface> interfaces,
                           std::optional<std::string> hostname_address, int num_nodes);
+
+// ---- Settings the library reads, and what will run -------------------------------------------
+
+/// Every `COHORT_*` setting the library reads, through the library's own parsers
+/// (`env::parse_duration`, `env::parse_bool`, `parse_log_level`, `parse_host_transport`,
+/// `plan_store`): a value the library refuses is an error naming it; a `COHORT_*` name the library
+/// does not know is a warning with the nearest known name.
+std::vector<Finding> check_library_settings(const EnvMap& environment);
+
+/// Whether `name` holds a secret (`COHORT_STORE_TOKEN`, and any name with TOKEN, SECRET,
+/// PASSWORD, PASSWD or CREDENTIAL in it, or ending in _KEY): reports never show its value.
+bool is_secret(std::string_view name);
+/// `value` as a report shows it: secrets as "(set, N characters, not shown)".
+std::string shown_value(std::string_view name, std::string_view value);
+
+/// What the library will run for this launch: the backend and host communicator
+/// (`plan_transport`) and the store (`plan_store`); `nccl` is `resolve_backend`'s answer for a
+/// program that lets it choose (the probe asks it).
+struct TransportCheck {
+  Finding backend;                 ///< "transport": the communicator that will carry collectives
+  Finding store;                   ///< "store": where the ranks meet
+  std::string backend_name;        ///< "nccl", "shm", "hierarchical", "gloo"; "unknown" on error
+  std::string store_kind;          ///< "memory", "tcp", "torch", "file"; "unknown" on error
+  bool store_expected_up = false;  ///< a launcher already serves the store (cohortrun, torchrun)
+};
+TransportCheck check_transport(const EnvMap& environment, bool nccl);
+
+/// What resolving and connecting to the rendezvous address gave (probe_host.cpp).
+struct RendezvousFacts {
+  std::string host;  ///< empty: no address is in play (one process, file or memory store)
+  int port = 0;
+  std::string source;  ///< "MASTER_ADDR", "COHORT_MASTER_ADDR", "the launcher's default"...
+  std::vector<std::string> addresses;  ///< what `host` resolved to
+  std::string resolve_error;           ///< getaddrinfo's words when it did not resolve
+  enum class Reach : std::uint8_t { not_tried, open, refused, timed_out, failed };
+  Reach reach = Reach::not_tried;
+  std::string reach_error;
+  double connect_ms = 0.0;
+};
+
+/// "open", "refused", "timed out", "failed", "not tried".
+std::string_view to_string(RendezvousFacts::Reach reach) noexcept;
+
+/// The rendezvous address: one that does not resolve is an error; a loopback address for a world
+/// of several nodes is an error; one nothing listens at is an error when a launcher should already
+/// serve the store there (`store_expected_up`), else a note (rank 0 starts it with the job).
+Finding check_rendezvous(const RendezvousFacts& facts, int num_nodes, bool store_expected_up);
+
+// ---- Host inventory ----------------------------------------------------------------------------
+
+/// The machine, for comparing nodes: CPU, memory, OS, kernel, compiler and library versions.
+struct HostInventory {
+  std::string cpu_model;
+  int sockets = 0;
+  int numa_nodes = 0;
+  std::uint64_t memory_total_bytes = 0;
+  std::uint64_t memory_available_bytes = 0;
+  std::string os;                                              ///< PRETTY_NAME of /etc/os-release
+  std::string kernel;                                          ///< uname -r
+  std::string compiler;                                        ///< what built this cohort-doctor
+  std::vector<std::pair<std::string, std::string>> libraries;  ///< name, version
+};
+
+// ---- GPU and network health (NVML and sysfs) ---------------------------------------------------
+
+/// PCIe link of one GPU now and at most (0: unknown).
+struct PcieLink {
+  int generation = 0;
+  int width = 0;
+  int max_generation = 0;
+  int max_width = 0;
+};
+
+/// One NVLink of one GPU.
+struct NvLink {
+  int link = 0;
+  bool active = false;
+  std::string remote_bus_id;  ///< the PCI bus id at its other end ("" unknown)
+  bool remote_is_switch = false;
+};
+
+/// What NVML says about one GPU (probe_nvml.cpp). Unset optionals: NVML could not say.
+struct GpuHealth {
+  int index = 0;
+  std::string name;
+  std::string uuid;
+  std::string pci_bus_id;  ///< "0000:3b:00.0", as sysfs names it
+  int compute_major = 0;
+  int compute_minor = 0;
+  std::optional<PcieLink> pcie;
+  std::vector<NvLink> nvlinks;  ///< the links NVML reports, active or not
+  std::optional<bool> ecc_enabled;
+  std::optional<std::uint64_t> ecc_uncorrected_volatile;
+  std::optional<std::uint64_t> ecc_uncorrected_aggregate;
+  std::optional<std::uint64_t> ecc_corrected_volatile;
+  bool remap_supported = false;
+  unsigned remapped_correctable = 0;
+  unsigned remapped_uncorrectable = 0;
+  bool remap_pending = false;
+  bool remap_failure = false;
+  std::optional<std::uint64_t> throttle_reasons;  ///< NVML's clock throttle (event) reasons
+  std::optional<bool> persistence;
+  std::optional<bool> mig;
+  std::optional<int> temperature_c;
+  std::string pci_path;  ///< sysfs path of the device below /sys/devices ("" unknown)
+  int numa_node = -1;
+};
+
+/// One InfiniBand (or RoCE) port, from /sys/class/infiniband.
+struct IbPort {
+  int port = 0;
+  std::string state;       ///< "ACTIVE", "DOWN", "INIT"...
+  std::string phys_state;  ///< "LinkUp", "Disabled", "Polling"...
+  std::string rate;        ///< "200 Gb/sec (4X HDR)"
+  double rate_gbps = 0.0;  ///< gigabits per second
+  std::string link_layer;  ///< "InfiniBand", "Ethernet"
+};
+
+/// One RDMA device and its ports.
+struct Nic {
+  std::string name;  ///< "mlx5_0"
+  std::string pci_bus_id;
+  std::string pci_path;
+  int numa_node = -1;
+  std::vector<IbPort> ports;
+};
+
+/// NVML, the GPUs it sees, the RDMA devices and the peer-memory module.
+struct GpuSystem {
+  bool nvml_loaded = false;
+  std::string nvml_problem;  ///< why NVML could not be used, when it could not
+  std::string driver_version;
+  std::string nvml_version;
+  std::vector<GpuHealth> gpus;
+  /// NVML's topology level between GPUs i and j (10 single bridge .. 50 system; -1 unknown).
+  std::vector<std::vector<int>> nvml_topology;
+  int nvidia_pci_devices = -1;  ///< display controllers of vendor 0x10de in sysfs; -1 unknown
+  std::vector<Nic> nics;
+  std::optional<std::string>
+      peer_memory_module;  ///< "nvidia_peermem", "nv_peer_mem"; nullopt: none
+};
+
+/// NVIDIA's throttle reasons in words ("hardware thermal slowdown", ...), idle left out.
+std::vector<std::string> throttle_reason_names(std::uint64_t reasons);
+
+/// The PCIe relation of two devices from their sysfs paths, in `nvidia-smi topo -m` words: PIX
+/// (one PCIe switch between them), PXB (several bridges), PHB (through the host bridge), NODE
+/// (between host bridges of one NUMA node), SYS (between NUMA nodes); "?" when a path is unknown.
+std::string pci_relation(std::string_view path_a, int numa_a, std::string_view path_b, int numa_b);
+
+/// The GPU-GPU and GPU-NIC matrix: row i is GPU i, columns the GPUs then the NICs. NV<n>: n
+/// active NVLinks between the two GPUs (or to a common NVSwitch), else the PCIe relation.
+std::vector<std::vector<std::string>> link_matrix(const GpuSystem& system);
+
+/// NVML and the PCI bus: GPUs on the bus that NVML cannot see mean a missing or broken driver,
+/// or a container started without its GPUs (a warning).
+Finding check_nvml(const GpuSystem& system, int cuda_gpu_count);
+/// PCIe width below the maximum is a warning (half a link is half the host bandwidth); a lower
+/// generation a note (GPUs lower it when idle: look again under load).
+Finding check_pcie(const GpuHealth& gpu);
+/// Some NVLinks down while others are up is a warning.
+std::optional<Finding> check_nvlinks(const GpuHealth& gpu);
+/// Uncorrected ECC errors since the driver loaded are an error, ever a warning; ECC off a warning.
+Finding check_ecc(const GpuHealth& gpu);
+/// Row remapping: a failure is an error, a pending remap a warning (reset the GPU).
+std::optional<Finding> check_row_remapping(const GpuHealth& gpu);
+/// Clocks held down by heat or power (hardware slowdown, thermal, power brake) is a warning.
+Finding check_throttle(const GpuHealth& gpu);
+/// Persistence mode off is a note; MIG on is a warning (NCCL sees MIG slices, not whole GPUs).
+std::vector<Finding> check_gpu_modes(const GpuHealth& gpu);
+/// InfiniBand ports: not ACTIVE is a warning (an error across nodes when none is active);
+/// ports at different rates a warning.
+std::vector<Finding> check_infiniband(std::span<const Nic> nics, int num_nodes);
+/// GPUs and RDMA devices without a peer-memory module: NCCL cannot use GPUDirect RDMA (warning).
+std::optional<Finding> check_gpudirect(const GpuSystem& system);
+
+// ---- Across ranks ----------------------------------------------------------------------------
+
+/// One collective measured by `cohort-doctor --collective`.
+struct CollectiveResult {
+  std::string name;  ///< "all_reduce", "reduce_scatter", "all_gather", "broadcast"
+  int ranks = 0;
+  std::uint64_t bytes = 0;  ///< per rank, as nccl-tests counts them
+  double time_us = 0.0;     ///< median over iterations of the slowest rank
+  double algbw_gbps = 0.0;
+  double busbw_gbps = 0.0;
+  std::uint64_t wrong = 0;  ///< elements that differ from the expected values, over all ranks
+};
+
+/// nccl-tests' bus-bandwidth factor of `name` over `ranks` ranks (all_reduce 2(n-1)/n,
+/// reduce_scatter and all_gather (n-1)/n, broadcast 1).
+double bus_factor(std::string_view name, int ranks);
+
+/// Wrong values are an error; busbw below `floor_gbps` (when above 0) an error naming the floor.
+std::vector<Finding> check_collectives(std::span<const CollectiveResult> results,
+                                       double floor_gbps);
+
+/// What each rank found, as rank 0 gathers it under a launcher.
+struct RankSummary {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  std::string host;
+  int exit_status = 0;
+  int errors = 0;
+  int warnings = 0;
+  std::vector<Finding> problems;  ///< its errors and warnings
+  /// Facts that should be the same on every node: cohort version, driver, CUDA, NCCL, GPU count
+  /// and names, CPU, kernel.
+  std::map<std::string, std::string> fingerprint;
+};
+
+/// Nodes whose fingerprint differs from rank 0's are a warning naming the facts and the hosts.
+Finding check_nodes_agree(std::span<const RankSummary> ranks);
+
+/// The summary rank 0 prints: one line per node (ranks, errors, warnings), each rank's errors,
+/// then the verdict.
+std::string render_summary(std::span<const RankSummary> ranks, const Finding& agreement);
 
 // ---- Formatting ------------------------------------------------------------------------------
 

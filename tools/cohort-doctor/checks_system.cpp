@@ -198,12 +198,6 @@ std::vector<Finding> check_environment(const EnvMap& environment, std::optional<
         "CUDA_VISIBLE_DEVICES is set but empty: it hides every GPU",
         "unset it, or list the GPUs to use (CUDA_VISIBLE_DEVICES=0,1)");
   }
-  if (const auto level = lookup(environment, env::kLogLevel);
-      level && !level->empty() && !parse_log_level(*level)) {
-    add(Severity::warn, "COHORT_LOG_LEVEL",
-        "COHORT_LOG_LEVEL='" + *level + "' is not a level; cohort uses warn",
-        "set it to error, warn, info or debug");
-  }
   if (detail::cohort_switch_on(environment, env::kAllowSharedGpu)) {
     add(Severity::info, "COHORT_ALLOW_SHARED_GPU",
         "test hook: ranks may share a GPU (for single-GPU multi-rank tests, not for training)", "");

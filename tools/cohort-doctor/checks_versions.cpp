@@ -26,7 +26,7 @@ int exit_status(std::span<const Finding> findings) noexcept {
   const bool any_error = std::any_of(findings.begin(), findings.end(), [](const Finding& finding) {
     return finding.severity == Severity::error;
   });
-  return any_error ? 2 : 0;
+  return any_error ? 1 : 0;
 }
 
 std::string Version::to_string(bool with_patch) const {

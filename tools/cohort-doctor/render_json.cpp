@@ -85,7 +85,7 @@ Json host_json(const Report& report) {
                {"cpu_cores_online", report.cpu_cores_online},
                {"cpu_cores_usable", report.cpu_cores_usable},
                {"interfaces", interfaces},
-               {"backend", report.gpu_count > 0 ? "nccl" : "gloo"}};
+               {"backend", check_transport(report.environment, report.nccl_backend).backend_name}};
   if (report.built_with_cuda) {
     host["nccl_socket_interfaces"] = nccl_socket_interfaces(report.environment, report.interfaces);
   }
@@ -104,6 +104,98 @@ Json limits_json(const Report& report) {
            {{"soft", limit_json(report.memlock.soft)}, {"hard", limit_json(report.memlock.hard)}}},
           {"stack",
            {{"soft", limit_json(report.stack.soft)}, {"hard", limit_json(report.stack.hard)}}}};
+}
+
+template <typename T>
+Json optional_json(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
+}
+
+Json inventory_json(const HostInventory& inventory) {
+  Json libraries = Json::object();
+  for (const auto& [name, version] : inventory.libraries) libraries[name] = version;
+  return {{"cpu_model", inventory.cpu_model},
+          {"sockets", inventory.sockets},
+          {"numa_nodes", inventory.numa_nodes},
+          {"memory_total_bytes", inventory.memory_total_bytes},
+          {"memory_available_bytes", inventory.memory_available_bytes},
+          {"os", inventory.os},
+          {"kernel", inventory.kernel},
+          {"compiler", inventory.compiler},
+          {"libraries", libraries}};
+}
+
+Json gpu_system_json(const GpuSystem& system) {
+  Json gpus = Json::array();
+  for (const GpuHealth& gpu : system.gpus) {
+    Json nvlinks = Json::array();
+    for (const NvLink& link : gpu.nvlinks) {
+      nvlinks.push_back(
+          {{"link", link.link},
+           {"active", link.active},
+           {"remote_bus_id", link.remote_bus_id.empty() ? Json(nullptr) : Json(link.remote_bus_id)},
+           {"remote_is_switch", link.remote_is_switch}});
+    }
+    Json pcie = nullptr;
+    if (gpu.pcie) {
+      pcie = {{"generation", gpu.pcie->generation},
+              {"width", gpu.pcie->width},
+              {"max_generation", gpu.pcie->max_generation},
+              {"max_width", gpu.pcie->max_width}};
+    }
+    Json reasons = nullptr;
+    if (gpu.throttle_reasons) reasons = throttle_reason_names(*gpu.throttle_reasons);
+    gpus.push_back(
+        {{"index", gpu.index},
+         {"name", gpu.name},
+         {"uuid", gpu.uuid},
+         {"pci_bus_id", gpu.pci_bus_id},
+         {"pci_path", gpu.pci_path},
+         {"numa_node", gpu.numa_node < 0 ? Json(nullptr) : Json(gpu.numa_node)},
+         {"compute_capability",
+          std::to_string(gpu.compute_major) + "." + std::to_string(gpu.compute_minor)},
+         {"pcie", pcie},
+         {"nvlinks", nvlinks},
+         {"ecc_enabled", optional_json(gpu.ecc_enabled)},
+         {"ecc_uncorrected_volatile", optional_json(gpu.ecc_uncorrected_volatile)},
+         {"ecc_uncorrected_aggregate", optional_json(gpu.ecc_uncorrected_aggregate)},
+         {"ecc_corrected_volatile", optional_json(gpu.ecc_corrected_volatile)},
+         {"remapped_rows", gpu.remap_supported ? Json{{"correctable", gpu.remapped_correctable},
+                                                      {"uncorrectable", gpu.remapped_uncorrectable},
+                                                      {"pending", gpu.remap_pending},
+                                                      {"failure", gpu.remap_failure}}
+                                               : Json(nullptr)},
+         {"throttle_reasons", reasons},
+         {"persistence", optional_json(gpu.persistence)},
+         {"mig", optional_json(gpu.mig)},
+         {"temperature_c", optional_json(gpu.temperature_c)}});
+  }
+  Json nics = Json::array();
+  for (const Nic& nic : system.nics) {
+    Json ports = Json::array();
+    for (const IbPort& port : nic.ports) {
+      ports.push_back({{"port", port.port},
+                       {"state", port.state},
+                       {"phys_state", port.phys_state},
+                       {"rate", port.rate},
+                       {"rate_bits_per_s", port.rate_gbps * 1e9},
+                       {"link_layer", port.link_layer}});
+    }
+    nics.push_back({{"name", nic.name},
+                    {"pci_bus_id", nic.pci_bus_id},
+                    {"numa_node", nic.numa_node < 0 ? Json(nullptr) : Json(nic.numa_node)},
+                    {"ports", ports}});
+  }
+  return {{"nvml_loaded", system.nvml_loaded},
+          {"nvml_problem", system.nvml_problem.empty() ? Json(nullptr) : Json(system.nvml_problem)},
+          {"driver_version",
+           system.driver_version.empty() ? Json(nullptr) : Json(system.driver_version)},
+          {"nvidia_pci_devices",
+           system.nvidia_pci_devices < 0 ? Json(nullptr) : Json(system.nvidia_pci_devices)},
+          {"gpus", gpus},
+          {"link_matrix", link_matrix(system)},
+          {"nics", nics},
+          {"peer_memory_module", optional_json(system.peer_memory_module)}};
 }
 
 }  // namespace
@@ -126,11 +218,42 @@ nlohmann::ordered_json to_json(const Report& report, const std::vector<Finding>&
                       {"num_nodes", launch.num_nodes}};
   Json environment = Json::object();
   for (const auto& [name, value] : relevant_variables(report.environment)) {
-    environment[name] = value;
+    environment[name] = shown_value(name, value);
   }
   json["environment"] = environment;
+  const TransportCheck transport = check_transport(report.environment, report.nccl_backend);
+  const RendezvousFacts& r = report.rendezvous;
+  json["will_run"] = {
+      {"backend", transport.backend_name},
+      {"description", transport.backend.message},
+      {"store", transport.store_kind},
+      {"store_description", transport.store.message},
+      {"rendezvous", r.host.empty()
+                         ? Json(nullptr)
+                         : Json{{"host", r.host},
+                                {"port", r.port},
+                                {"source", r.source},
+                                {"addresses", r.addresses},
+                                {"resolve_error",
+                                 r.resolve_error.empty() ? Json(nullptr) : Json(r.resolve_error)},
+                                {"reach", std::string(to_string(r.reach))}}}};
   json["host"] = host_json(report);
   json["limits"] = limits_json(report);
+  json["inventory"] = inventory_json(report.inventory);
+  json["gpu_health"] = gpu_system_json(report.gpu_system);
+  Json collectives = Json::array();
+  for (const CollectiveResult& c : report.collectives) {
+    collectives.push_back({{"name", c.name},
+                           {"ranks", c.ranks},
+                           {"bytes", c.bytes},
+                           {"time_s", c.time_us * 1e-6},
+                           {"algbw_bytes_per_s", c.algbw_gbps * 1e9},
+                           {"busbw_bytes_per_s", c.busbw_gbps * 1e9},
+                           {"wrong", c.wrong}});
+  }
+  json["collectives"] = collectives;
+  json["busbw_floor_bytes_per_s"] =
+      report.busbw_floor_gbps > 0 ? Json(report.busbw_floor_gbps * 1e9) : Json(nullptr);
 
   Json list = Json::array();
   std::map<std::string, int> counts = {{"ok", 0}, {"info", 0}, {"warn", 0}, {"error", 0}};

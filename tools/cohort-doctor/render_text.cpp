@@ -3,6 +3,7 @@
 #include "report.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -129,7 +130,100 @@ void write_environment(std::ostringstream& out, const Report& report) {
     out << "  none set\n";
   }
   for (const auto& [name, value] : relevant) {
-    out << "  " << name << '=' << value << '\n';
+    out << "  " << name << '=' << shown_value(name, value) << '\n';
+  }
+
+  const TransportCheck transport = check_transport(report.environment, report.nccl_backend);
+  out << "\nWhat will run (the library's own decisions)\n";
+  line(out, "collectives", transport.backend.message);
+  line(out, "store", transport.store.message);
+  const RendezvousFacts& r = report.rendezvous;
+  if (r.host.empty()) {
+    line(out, "rendezvous", "no address in play");
+  } else {
+    std::string addresses;
+    for (const std::string& a : r.addresses) addresses += (addresses.empty() ? "" : ", ") + a;
+    line(out, "rendezvous",
+         r.host + ":" + std::to_string(r.port) + " (" + r.source + "): " +
+             (addresses.empty() ? "does not resolve (" + r.resolve_error + ")"
+                                : "resolves to " + addresses + "; TCP connect " +
+                                      std::string(to_string(r.reach))));
+  }
+}
+
+void write_inventory(std::ostringstream& out, const Report& report) {
+  const HostInventory& inventory = report.inventory;
+  out << "\nInventory\n";
+  line(out, "CPU",
+       inventory.cpu_model + ", " + std::to_string(inventory.sockets) + " socket(s), " +
+           std::to_string(inventory.numa_nodes) + " NUMA node(s)");
+  line(out, "memory",
+       format_bytes(inventory.memory_total_bytes) + " (" +
+           format_bytes(inventory.memory_available_bytes) + " available)");
+  line(out, "OS", inventory.os.empty() ? std::string("unknown") : inventory.os);
+  line(out, "kernel", inventory.kernel);
+  line(out, "compiler", inventory.compiler);
+  std::string libraries;
+  for (const auto& [name, version] : inventory.libraries) {
+    libraries += (libraries.empty() ? "" : ", ") + name + " " + version;
+  }
+  line(out, "libraries", libraries);
+}
+
+void write_gpu_system(std::ostringstream& out, const Report& report) {
+  const GpuSystem& system = report.gpu_system;
+  if (!system.nvml_loaded && system.nics.empty() && system.nvidia_pci_devices <= 0) {
+    return;
+  }
+  out << "\nGPU and network health (NVML, sysfs)\n";
+  if (system.nvml_loaded) {
+    line(out, "driver", system.driver_version + " (NVML " + system.nvml_version + ")");
+  } else {
+    line(out, "NVML", system.nvml_problem);
+  }
+  for (const GpuHealth& gpu : system.gpus) {
+    std::string pcie = "unknown";
+    if (gpu.pcie) {
+      pcie = "Gen" + std::to_string(gpu.pcie->generation) + " x" + std::to_string(gpu.pcie->width) +
+             " of Gen" + std::to_string(gpu.pcie->max_generation) + " x" +
+             std::to_string(gpu.pcie->max_width);
+    }
+    int active = 0;
+    for (const NvLink& link : gpu.nvlinks) active += link.active ? 1 : 0;
+    out << "  GPU" << gpu.index << "  " << gpu.name << ", " << gpu.pci_bus_id << ", PCIe " << pcie
+        << ", NVLinks " << active << "/" << gpu.nvlinks.size() << " active, NUMA node "
+        << gpu.numa_node << '\n';
+  }
+  const auto matrix = link_matrix(system);
+  if (!matrix.empty()) {
+    out << "  links (NV<n>: NVLinks; PIX one PCIe switch, PXB several bridges, PHB host bridge, "
+           "NODE within a NUMA node, SYS across NUMA nodes)\n";
+    const auto padded = [](const std::string& text, std::size_t width) {
+      return text + std::string(text.size() < width ? width - text.size() : 1, ' ');
+    };
+    out << "        ";
+    for (std::size_t j = 0; j < system.gpus.size(); ++j)
+      out << padded("GPU" + std::to_string(j), 7);
+    for (const Nic& nic : system.nics) out << padded(nic.name, 9);
+    out << '\n';
+    for (std::size_t i = 0; i < matrix.size(); ++i) {
+      out << "  " << padded("GPU" + std::to_string(i), 6);
+      for (std::size_t j = 0; j < matrix[i].size(); ++j) {
+        out << padded(matrix[i][j], j < system.gpus.size() ? 7 : 9);
+      }
+      out << '\n';
+    }
+  }
+  for (const Nic& nic : system.nics) {
+    for (const IbPort& port : nic.ports) {
+      out << "  " << nic.name << "/" << port.port << "  " << port.state << " (" << port.phys_state
+          << "), " << port.rate << ", " << port.link_layer << ", PCI " << nic.pci_bus_id
+          << ", NUMA node " << nic.numa_node << '\n';
+    }
+  }
+  if (!system.nics.empty()) {
+    line(out, "peer memory",
+         system.peer_memory_module ? *system.peer_memory_module : std::string("no module loaded"));
   }
 }
 
@@ -178,7 +272,8 @@ void write_host(std::ostringstream& out, const Report& report) {
     const Finding gloo = check_gloo_socket(report.environment, report.interfaces,
                                            report.hostname_address, launch.num_nodes);
     out << "\nHost backend (used here, since there is no GPU)\n";
-    line(out, "collectives", "Gloo over TCP, one connection per pair of ranks");
+    line(out, "collectives",
+         check_transport(report.environment, report.nccl_backend).backend.message);
     line(out, "compute",
          std::to_string(report.cpu_cores_usable) +
              " usable CPU cores, shared by the ranks on this node");
@@ -236,6 +331,8 @@ std::string render_text(const Report& report, const std::vector<Finding>& findin
   write_topology(out, report);
   write_environment(out, report);
   write_host(out, report);
+  write_inventory(out, report);
+  write_gpu_system(out, report);
   write_findings(out, findings);
   return out.str();
 }

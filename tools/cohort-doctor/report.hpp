@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ struct Report {
   std::vector<LibraryVersion> libraries;
 
   int gpu_count = 0;
+  /// `resolve_backend(BackendChoice::automatic)` picked NCCL (a program that lets cohort choose
+  /// runs on the GPUs).
+  bool nccl_backend = false;
   std::string gpu_unavailable_reason;  ///< cuda_unavailable_reason() when gpu_count is 0
   std::vector<GpuInfo> gpus;
   std::vector<PeerLink> peer_links;  ///< every ordered pair of distinct GPUs
@@ -51,6 +55,14 @@ struct Report {
 
   /// Probes that failed (a CUDA call returning an error), in words; each becomes a warning.
   std::vector<std::string> probe_problems;
+
+  HostInventory inventory;
+  RendezvousFacts rendezvous;
+  GpuSystem gpu_system;  ///< NVML and sysfs
+
+  /// `--collective`: what each collective measured across the ranks, and the floor it is held to.
+  std::vector<CollectiveResult> collectives;
+  double busbw_floor_gbps = 0.0;
 };
 
 /// The version of the loaded NCCL, when there is one.
@@ -58,6 +70,10 @@ std::optional<Version> loaded_nccl(const Report& report);
 
 /// Runs every check over the report, in the order the text shows them.
 std::vector<Finding> diagnose(const Report& report);
+
+/// The facts every node should share (for `check_nodes_agree`): cohort version, driver, CUDA,
+/// NCCL, GPU count and names, CPU model, kernel.
+std::map<std::string, std::string> fingerprint(const Report& report);
 
 /// The human-readable report: facts by section, then the findings with advice, then a summary.
 std::string render_text(const Report& report, const std::vector<Finding>& findings);

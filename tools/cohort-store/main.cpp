@@ -19,7 +19,10 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  CLI::App app{"A standalone TCP key-value store server for cohort runs.", "cohort-store"};
+  CLI::App app{"cohort-store: a standalone TCP key-value store server for cohort runs (the "
+               "rendezvous of ranks launched by hand or by a launcher that hosts no store).",
+               "cohort-store"};
+  cohort::cli::conventions(app);
   cohort::TcpStoreServerOptions options;
   options.port = 29500;
   std::optional<std::string> token;
@@ -34,7 +37,7 @@ int main(int argc, char** argv) {
                  "Largest request accepted; a longer one closes its connection")
       ->capture_default_str()
       ->check(cohort::cli::whole(64, 4.0 * 1024 * 1024 * 1024));
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> status = cohort::cli::parse(app, argc, argv)) return *status;
 
   if (token) {
     options.token = *token;

@@ -6,9 +6,29 @@
 #include <cohort/launch/launch_info.hpp>
 #include <cohort/launch/store.hpp>
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 namespace cohort {
+
+/// The store `connect_store` opens, decided without opening it (cohort-doctor reports it).
+struct StorePlan {
+  enum class Kind : std::uint8_t { memory, tcp, torch, file };
+  Kind kind = Kind::memory;
+  std::string host;    ///< tcp and torch: the master address
+  int port = 0;        ///< tcp and torch: the master port
+  std::string folder;  ///< file: `<folder>/<run_id>`
+  bool serves = false;     ///< tcp: this rank starts the server
+  bool has_token = false;  ///< tcp: `COHORT_STORE_TOKEN` is set (its value is never shown)
+
+  /// "tcp store at node0:29500 (rank 0 serves it), with a token".
+  std::string describe() const;
+};
+
+/// Which store `connect_store(info, env)` would open, by the rules below.
+/// @throws InvalidArgument as `connect_store` does for a `COHORT_STORE` it refuses.
+StorePlan plan_store(const LaunchInfo& info, const EnvLookup& env);
 
 /// Opens the store for this rank, chosen by `COHORT_STORE`:
 ///
