@@ -173,7 +173,8 @@ for library in "cuda runtime" nccl cublas cudnn; do
   compiled=$(json versions "$library" compiled)
   echo "  - $library: ${loaded:-none} / ${compiled:-none}" >>"$report"
   if [ -n "$loaded" ] && [ -n "$compiled" ]; then
-    if [ -f "$libraries_tool" ]; then  # full versions: major.minor, NCCL's major.minor.patch
+    # Full versions (major.minor; NCCL's major.minor.patch) where python3 can compare them.
+    if [ -f "$libraries_tool" ] && command -v python3 >/dev/null 2>&1; then
       why=$(python3 "$libraries_tool" fits "$library" "$loaded" "$compiled") || mismatch+="$why; "
     elif [ "${loaded%%.*}" != "${compiled%%.*}" ]; then
       mismatch+="$library $loaded loaded but compiled against $compiled; "
