@@ -21,7 +21,9 @@ struct FakeComm {
   std::string name;
 };
 std::vector<std::string> g_aborted;
-void abort_fake(FakeComm* comm) { g_aborted.push_back(comm->name); }
+void abort_fake(FakeComm* comm) {
+  g_aborted.push_back(comm->name);
+}
 
 using Held = cohort::detail::HeldComms<FakeComm*, abort_fake>;
 

@@ -54,7 +54,8 @@ void check_cuda(cudaError_t status, const char* what) {
 
 int thread_count() {
   int count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
     ++count;
   }
   return count;
@@ -152,12 +153,12 @@ int run(const std::string& json_path) {
       on_gpu += world.store().get("world_cost/device" + std::to_string(r)) ==
                 std::to_string(world.device().index());
     }
-    const long long bytes = static_cast<long long>(used_after) - static_cast<long long>(used_before);
+    const long long bytes =
+        static_cast<long long>(used_after) - static_cast<long long>(used_before);
     std::ostringstream json;
     json << "{\"program\": \"world_cost\", \"ranks\": " << world.size()
          << ", \"nodes\": " << world.num_nodes() << ", \"gpus\": " << gpus << ", \"nccl\": \""
-         << nccl_version() << "\", \"device_bytes\": " << bytes
-         << ", \"ranks_on_gpu\": " << on_gpu
+         << nccl_version() << "\", \"device_bytes\": " << bytes << ", \"ranks_on_gpu\": " << on_gpu
          << ", \"device_bytes_per_world\": " << (on_gpu > 0 ? bytes / on_gpu : bytes)
          << ", \"per_rank\": [" << per_rank << "]}";
     std::printf("%s\n", json.str().c_str());

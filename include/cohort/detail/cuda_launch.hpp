@@ -35,8 +35,8 @@ void launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, dim3 
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) [[unlikely]] {
     (void)cudaGetLastError();  // this launch's own error, which the runtime also left pending
-    COHORT_FAIL(CudaError, std::string("launching the ") + name + " kernel: " +
-                               describe_cuda_error("cudaLaunchKernelEx", status));
+    COHORT_FAIL(CudaError, std::string("launching the ") + name +
+                               " kernel: " + describe_cuda_error("cudaLaunchKernelEx", status));
   }
 }
 

@@ -133,8 +133,8 @@ class EventPool {
   // still running on one stream (a slow peer, a long kernel before it) holds back only the marks
   // recorded after it on that stream, never the events of every later collective on the others.
   struct LentOnStream {
-    const void* stream;                                   // detail::stream_key
-    std::deque<std::shared_ptr<CompletionMark>> marks;    // oldest first
+    const void* stream;                                 // detail::stream_key
+    std::deque<std::shared_ptr<CompletionMark>> marks;  // oldest first
   };
   /// Gives back the events of every lent mark now done. Call with `lent_mutex_` held.
   void drain_locked() {
