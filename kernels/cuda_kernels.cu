@@ -7,7 +7,7 @@
 
 #include "dispatch.hpp"
 
-#include <cohort/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/kernels/launch.hpp>
 
 #include <cub/block/block_reduce.cuh>

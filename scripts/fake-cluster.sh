@@ -13,7 +13,7 @@
 # Commands other than `up` act on the cluster named by -c NAME, else $COHORT_FAKE_CLUSTER, else
 # the only cluster there is. `down --all` removes every fake cluster (leftovers of killed runs).
 #
-# Layout (Note [Fake hosts] in docs/design.md): namespace cohort-NAME-sw holds the bridge `br0`
+# Layout (Note [Fake hosts] in docs/testing.md): namespace cohort-NAME-sw holds the bridge `br0`
 # and one veth end `pI` per host; host I is namespace cohort-NAME-hI with the other end as `eth0`
 # (address 10.99.0.(I+1)/24, no other route) and `lo` up. Nothing is created in the machine's own
 # namespace, so the subnet exists only inside the cluster and no traffic can leave it (any other

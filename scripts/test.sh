@@ -56,11 +56,19 @@ fi
 find_cuda
 preset=$(choose_preset ci)
 # (run_stage runs it in a context where set -e does not apply: every step checks itself.)
+# ctest for a preset, with the temporary folder inside that preset's build folder (emptied
+# first): what a test's ranks leave behind (a failure's collectives dump, a killed rank's files)
+# stays there, not in /tmp.
+run_ctest() {
+  local scratch="$cohort_root/build/$1/test-tmp"
+  rm -rf "$scratch" && mkdir -p "$scratch" || return 1
+  (cd "$cohort_root" && TMPDIR="$scratch" ctest --preset "$@")
+}
 run_preset() {
   echo "cohort: building and testing preset '$1'"
   build_preset "$1" || return 1
   wait_for_torch
-  (cd "$cohort_root" && ctest --preset "$1" -j "$(nproc)" "${@:2}")
+  run_ctest "$1" -j "$(nproc)" "${@:2}"
 }
 # ThreadSanitizer builds and runs its subset only: the executables labelled `tsan`
 # (tests/CMakeLists.txt says which and why), less what tsan_excluded_tests names.
@@ -68,7 +76,7 @@ run_tsan() {
   echo "cohort: building and testing the ThreadSanitizer subset (preset 'tsan', target tsan_tests)"
   cmake --preset tsan -S "$cohort_root" >/dev/null || return 1
   cmake --build --preset tsan -j "$(nproc)" --target tsan_tests || return 1
-  (cd "$cohort_root" && ctest --preset tsan -j "$(nproc)" -E "$(tsan_excluded_tests)")
+  run_ctest tsan -j "$(nproc)" -E "$(tsan_excluded_tests)"
 }
 # The container image: podman builds the Dockerfile's host flavor (through ccache, from the
 # objects of the host-only build) and the tests run it, comparing with the host-only build's

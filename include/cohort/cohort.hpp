@@ -3,6 +3,7 @@
 /// @file
 /// Everything in cohort's public API. Include what you use instead where compile time matters.
 
+#include <cohort/core/checksum.hpp>
 #include <cohort/core/device.hpp>
 #include <cohort/core/device_span.hpp>
 #include <cohort/core/dtype.hpp>
@@ -46,7 +47,6 @@
 #include <cohort/optim/sharded_optimizer.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
 #include <cohort/checkpoint/checkpoint.hpp>
-#include <cohort/checkpoint/checksum.hpp>
 #include <cohort/checkpoint/exit_status.hpp>
 #include <cohort/checkpoint/manifest.hpp>
 #include <cohort/checkpoint/preemption.hpp>

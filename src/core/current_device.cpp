@@ -3,7 +3,7 @@
 #include <cohort/core/error.hpp>
 
 #if COHORT_WITH_CUDA
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #endif
 
 namespace cohort::detail {

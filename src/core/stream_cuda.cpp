@@ -2,10 +2,10 @@
 
 #include "stream_impl.hpp"
 
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #include <cohort/core/detail/query_status.hpp>
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
 
 #include <cuda.h>  // the driver's types; its functions come through cudaGetDriverEntryPoint
 #include <cuda_runtime_api.h>

@@ -3,8 +3,8 @@
 
 #include "sampler_keys.hpp"
 
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>

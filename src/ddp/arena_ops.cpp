@@ -4,7 +4,7 @@
 #include <cohort/core/float16.hpp>
 
 #if COHORT_WITH_CUDA
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #include <cohort/kernels/launch.hpp>
 #endif
 

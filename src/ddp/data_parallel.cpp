@@ -5,9 +5,9 @@
 #include "registry_check.hpp"
 #include "stream_debug.hpp"
 
+#include <cohort/core/detail/event_pool.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
-#include <cohort/detail/event_pool.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/device_pool.hpp>

@@ -1,6 +1,6 @@
 #include <cohort/ddp/rank_agreement.hpp>
 
-#include <cohort/checkpoint/checksum.hpp>
+#include <cohort/core/checksum.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/launch/store_group.hpp>
 #include <cohort/memory/detail/stream_copy.hpp>

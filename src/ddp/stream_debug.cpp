@@ -4,8 +4,8 @@
 #include <cohort/core/error.hpp>
 
 #if COHORT_WITH_CUDA
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -2,10 +2,10 @@
 
 // Helpers for the *_cuda.cpp files of src/memory (CUDA-only).
 
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #include <cohort/core/device.hpp>
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
 #include <cohort/memory/memory_report.hpp>
 
 #include <cuda_runtime_api.h>

@@ -3,9 +3,9 @@
 
 #include "cuda_detail.hpp"
 
+#include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
-#include <cohort/detail/cuda_check.hpp>
 #include <cohort/memory/managed.hpp>
 
 #include <cuda_runtime_api.h>

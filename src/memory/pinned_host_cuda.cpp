@@ -2,8 +2,8 @@
 
 #include "cuda_detail.hpp"
 
+#include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_check.hpp>
 #include <cohort/memory/pinned_host.hpp>
 
 #include <cuda_runtime_api.h>

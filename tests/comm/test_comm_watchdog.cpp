@@ -6,9 +6,9 @@
 #include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
+#include <cohort/core/detail/event_pool.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/stream.hpp>
-#include <cohort/detail/event_pool.hpp>
 #include <cohort/launch/memory_store.hpp>
 
 #include <gmock/gmock.h>

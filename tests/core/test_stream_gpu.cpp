@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #if COHORT_WITH_CUDA
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 #include <cohort/memory/buffer.hpp>
 #include <cohort/memory/device_pool.hpp>
 #include <cohort/memory/pinned_host.hpp>

@@ -3,8 +3,8 @@
 // the registry drifts apart while the registry's stay equal.
 #include "support/test_helpers.hpp"
 
-#include <cohort/checkpoint/checksum.hpp>
 #include <cohort/comm/world.hpp>
+#include <cohort/core/checksum.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/rank_agreement.hpp>
 

@@ -4,7 +4,7 @@
 1. cudaGetLastError() used to check a launch (or anything else). It returns whatever error any
    earlier call on the thread left pending, so an unrelated failure is reported as this call's,
    and it clears it from its owner's check (Note [Checking a launch] in
-   include/cohort/detail/cuda_launch.hpp). The one allowed form is `(void)cudaGetLastError()`,
+   include/cohort/core/detail/cuda_launch.hpp). The one allowed form is `(void)cudaGetLastError()`,
    which clears an error the code has just handled itself. cudaPeekAtLastError() has the same
    flaw outside the tests, which use it to show that an unrelated error stays pending.
 2. A pageable `cudaMemcpy(`. It runs on the legacy default stream, which cohort's non-blocking

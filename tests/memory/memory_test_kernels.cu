@@ -1,7 +1,7 @@
 #include "memory_test_kernels.hpp"
 
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_launch.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_launch.hpp>
 
 #include <cuda_runtime.h>
 

@@ -8,7 +8,7 @@
 #   tests/mutation/run.sh ddp_sum_not_avg halved_deadline
 #
 # The copy and its build are kept under $COHORT_MUTATION_DIR (default /tmp/cohort-mutation-<uid>)
-# so that a second run rebuilds only what changed. Run on demand (docs/design.md, "Tests").
+# so that a second run rebuilds only what changed. Run on demand (docs/testing.md, "Mutation check").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +48,35 @@ inline std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+/// The output folders of this test program's runs, removed when the program exits, so that a run
+/// of the suite leaves nothing under the temporary folder (COHORT_TEST_KEEP_OUTPUT=1 keeps them;
+/// a failing test has already printed every rank's output through report()). Only the process
+/// that made them removes them: a forked child that exits normally leaves them alone.
+class RunFolders {
+ public:
+  ~RunFolders() {
+    if (getpid() != owner_ || std::getenv("COHORT_TEST_KEEP_OUTPUT") != nullptr) return;
+    for (const auto& folder : folders_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(folder, ignored);
+    }
+  }
+  void add(const std::filesystem::path& folder) {
+    if (std::find(folders_.begin(), folders_.end(), folder) == folders_.end()) {
+      folders_.push_back(folder);
+    }
+  }
+
+ private:
+  pid_t owner_ = getpid();
+  std::vector<std::filesystem::path> folders_;
+};
+
+inline RunFolders& run_folders() {
+  static RunFolders folders;
+  return folders;
+}
+
 struct ProcessRank {
   pid_t pid = -1;
   std::filesystem::path output;
@@ -76,6 +106,7 @@ inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& prog
   const auto folder = std::filesystem::temp_directory_path() /
                       ("cohort-" + tag + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(folder);
+  run_folders().add(folder);
   // Everything a child needs is built here: after fork() it only opens, duplicates and execs,
   // since the store's thread may hold the allocator's lock at the moment of the fork.
   std::vector<std::string> argv_text{program};
@@ -97,7 +128,9 @@ inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& prog
                                          "MASTER_PORT=" + port,
                                          "COHORT_STORE_EXTERNAL=1",
                                          "TORCHELASTIC_RUN_ID=" + tag + port,
-                                         "COHORT_TIMEOUT=20s"};
+                                         "COHORT_TIMEOUT=20s",
+                                         // A failure's collectives dump lands in the run's folder.
+                                         "TMPDIR=" + folder.string()};
     settings.insert(settings.end(), environment.begin(), environment.end());
     auto& text = env_text[index];
     for (char** entry = environ; *entry != nullptr; ++entry) text.emplace_back(*entry);

@@ -5,7 +5,7 @@
 #include "cnn_device.hpp"
 
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 
 #include <cudnn.h>
 

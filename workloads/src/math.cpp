@@ -21,7 +21,7 @@
 #if COHORT_WITH_CUDA
 #include "math_kernels.hpp"
 
-#include <cohort/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>

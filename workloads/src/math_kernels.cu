@@ -4,7 +4,7 @@
 #include "math_kernels.hpp"
 
 #include <cohort/core/error.hpp>
-#include <cohort/detail/cuda_launch.hpp>
+#include <cohort/core/detail/cuda_launch.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

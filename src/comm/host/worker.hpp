@@ -7,7 +7,7 @@
 #include "comm/work_state.hpp"
 
 #include <cohort/comm/communicator.hpp>
-#include <cohort/detail/event_pool.hpp>
+#include <cohort/core/detail/event_pool.hpp>
 
 #include <chrono>
 #include <condition_variable>

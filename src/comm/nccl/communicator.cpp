@@ -3,16 +3,15 @@
 #include "comm/nccl/held_comms.hpp"
 #include "comm/watchdog.hpp"
 
+#include <cohort/comm/detail/nccl_check.hpp>
 #include <cohort/comm/detail/nccl_counts.hpp>
-
 #include <cohort/core/backoff.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
+#include <cohort/core/detail/event_pool.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/core/stream.hpp>
-#include <cohort/detail/cuda_check.hpp>
-#include <cohort/detail/cuda_device_scope.hpp>
-#include <cohort/detail/event_pool.hpp>
-#include <cohort/detail/nccl_check.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

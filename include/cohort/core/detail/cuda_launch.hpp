@@ -12,7 +12,7 @@
 /// it from its own check. kernels/cuda_kernels.cu's Note [Launch errors] is the same rule; the
 /// lint tests/lint/check_cuda_calls.py refuses the other way.
 
-#include <cohort/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_check.hpp>
 
 #include <cuda_runtime.h>
 

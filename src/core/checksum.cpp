@@ -1,4 +1,4 @@
-#include <cohort/checkpoint/checksum.hpp>
+#include <cohort/core/checksum.hpp>
 
 #include <cstring>
 
