@@ -29,6 +29,7 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/version.hpp>
 
 #include <gloo/allreduce.h>
@@ -109,10 +110,13 @@ long long clones_since_boot() {
   return -1;
 }
 
-/// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend.
+/// Memory for one benchmark buffer: host memory, or CUDA memory for the NCCL backend. Uploads
+/// and downloads run in `stream`'s order and are waited for: a plain cudaMemcpy runs on the
+/// legacy stream, which the collectives' non-blocking stream does not wait for.
 class Memory {
  public:
-  Memory(cohort::Device device, std::size_t bytes) : device_(device), bytes_(bytes) {
+  Memory(cohort::Device device, std::size_t bytes, cohort::Stream stream)
+      : device_(device), bytes_(bytes), stream_(std::move(stream)) {
     if (device.is_host()) {
       host_.resize(std::max<std::size_t>(bytes, 1));
       data_ = host_.data();
@@ -136,29 +140,18 @@ class Memory {
     return data_;
   }
   void upload(const std::vector<std::byte>& bytes) {
-    if (device_.is_host()) {
-      std::memcpy(data_, bytes.data(), bytes.size());
-      return;
-    }
-#if COHORT_WITH_CUDA
-    cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
-#endif
+    cohort::detail::write_now(data_, bytes.data(), bytes.size(), stream_);
   }
   std::vector<std::byte> download() const {
     std::vector<std::byte> bytes(bytes_);
-    if (device_.is_host()) {
-      std::memcpy(bytes.data(), data_, bytes_);
-    } else {
-#if COHORT_WITH_CUDA
-      cudaMemcpy(bytes.data(), data_, bytes_, cudaMemcpyDeviceToHost);
-#endif
-    }
+    cohort::detail::read_after(bytes.data(), data_, bytes_, stream_);
     return bytes;
   }
 
  private:
   cohort::Device device_;
   std::size_t bytes_;
+  cohort::Stream stream_;
   std::vector<std::byte> host_;
   void* data_ = nullptr;
 };
@@ -430,7 +423,7 @@ double mean_over_ranks(cohort::World& world, const std::string& key, double valu
 /// `raw`: the backend's own library, or null where there is none (shared memory).
 void report_issue_cost(cohort::World& world, RawBackend* raw, const cohort::Stream& stream,
                        int iterations) {
-  Memory buffer(world.device(), 4 * sizeof(float));
+  Memory buffer(world.device(), 4 * sizeof(float), stream);
   buffer.upload(pattern_at(cohort::DType::f32, world.rank(), 0, 4));
   const auto view = cohort::TensorView(buffer.data(), 4, cohort::DType::f32, world.device());
   std::vector<double> cohort_us, raw_us;
@@ -544,8 +537,8 @@ Row run_size(cohort::World& world, const Options& options, Kind kind, std::size_
   // an all-gather's input is this rank's share of its output).
   const std::size_t in_count = kind == Kind::all_gather ? share : total;
   const std::size_t out_count = kind == Kind::reduce_scatter ? share : total;
-  Memory input(world.device(), in_count * element);
-  Memory output(world.device(), total * element);
+  Memory input(world.device(), in_count * element, stream);
+  Memory output(world.device(), total * element, stream);
   const auto view = [&](Memory& m, std::size_t first, std::size_t count) {
     return cohort::TensorView(static_cast<std::byte*>(m.data()) + first * element, count, dtype,
                               world.device());

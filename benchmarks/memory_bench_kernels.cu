@@ -2,6 +2,7 @@
 
 #include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/core/device_span.hpp>
+#include <cohort/core/detail/cuda_launch.hpp>
 
 #include <cuda_runtime.h>
 
@@ -46,10 +47,11 @@ void launch_axpy(float a, cohort::DeviceSpan<const float> x, cohort::DeviceSpan<
                  void* cuda_stream) {
   const std::size_t count4 = x.size() / 4;
   const std::size_t tail = x.size() % 4;
-  axpy_kernel<<<streaming_blocks(), 256, 0, static_cast<cudaStream_t>(cuda_stream)>>>(
-      a, reinterpret_cast<const float4*>(x.data()), reinterpret_cast<float4*>(y.data()), count4,
-      x.data() + 4 * count4, y.data() + 4 * count4, tail);
-  COHORT_CUDA_TRY(cudaGetLastError());
+  cohort::detail::launch_kernel("axpy", axpy_kernel, dim3(streaming_blocks()), dim3(256),
+                                static_cast<cudaStream_t>(cuda_stream), 0, a,
+                                reinterpret_cast<const float4*>(x.data()),
+                                reinterpret_cast<float4*>(y.data()), count4, x.data() + 4 * count4,
+                                y.data() + 4 * count4, tail);
 }
 
 }  // namespace cohort_bench

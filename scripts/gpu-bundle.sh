@@ -191,7 +191,8 @@ done
 
 # ---- the check script, the GPU tests for ctest, and what this bundle is -----------------------
 cp "$cohort_root/scripts/gpu-check.sh" "$out_dir/"
-# gpu/: the judge, its list of allowed skips, the PyTorch peer, the hooks, and the fake hosts.
+# gpu/: the judge, its list of allowed skips, the PyTorch peer, the hooks, the choice of NVIDIA
+# libraries (nvidia_libraries.py), and the fake hosts.
 cp -r "$cohort_root/scripts/gpu" "$out_dir/gpu"
 rm -rf "$out_dir/gpu/__pycache__"
 cp "$cohort_root/scripts/fake-cluster.sh" "$out_dir/gpu/"

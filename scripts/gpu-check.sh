@@ -11,8 +11,9 @@
 # its time, printed too), each benchmark's numbers are written as JSON under OUT, and a run cut
 # short keeps what ran:
 #   1. cohort-doctor; the CUDA runtime, NCCL and cuBLAS loaded against those compiled against
-#      (another major version: refused, nothing else runs); the doctor's GPU health through NVML
-#      and its collectives on NCCL (--collective); hooks doctor-*;
+#      (another major version, or a release older than the one compiled against: refused,
+#      nothing else runs; gpu/nvidia_libraries.py compares full versions); the doctor's GPU health
+#      through NVML and its collectives on NCCL (--collective); hooks doctor-*;
 #   2. the GPU tests (ctest -L gpu --no-tests=error, each program's results as gtest JSON);
 #   3. two NCCL ranks on GPU 0 (distinct NCCL_HOSTID, sockets over lo): hello_allreduce, the
 #      comm and DDP suites' rank programs (bin/*_gpu_worker), and train_mlp --zero 1, 2 and 3
@@ -93,20 +94,19 @@ gpu_dir="$bundle/gpu"
 command -v python3 >/dev/null 2>&1 || die "python3 is not installed: the check needs it to judge its numbers"
 [ -f "$gpu_dir/judge.py" ] || die "the bundle has no gpu/judge.py (made by an older gpu-bundle.sh?): make it again"
 
-# NVIDIA libraries: the CUDA toolkit's first, then Python `nvidia` packages'; what actually
-# loaded is reported by the doctor and checked against what cohort was compiled with.
+# NVIDIA libraries: the CUDA toolkit's first, then Python `nvidia` packages' where they shadow no
+# newer copy on the system (full versions: nvidia_libraries.py dirs); what actually loaded is
+# reported by the doctor and checked against what cohort was compiled with.
+libraries_tool="$gpu_dir/nvidia_libraries.py"
 library_dirs=()
 for dir in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$dir" ] && compgen -G "$dir/lib*.so*" >/dev/null && library_dirs+=("$(realpath "$dir")")
 done
-if command -v python3 >/dev/null 2>&1; then
-  while IFS= read -r dir; do library_dirs+=("$dir"); done < <(python3 - <<'PY' 2>/dev/null
-import glob, os, sys
-for root in sys.path:
-    for lib in sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib"))):
-        print(os.path.realpath(lib))
-PY
-)
+if command -v python3 >/dev/null 2>&1 && [ -f "$libraries_tool" ]; then
+  system_dirs=()
+  for dir in "${library_dirs[@]}"; do system_dirs+=(--system-dir "$dir"); done
+  while IFS= read -r dir; do library_dirs+=("$dir"); done < <(
+    python3 "$libraries_tool" dirs "${system_dirs[@]}" 2>"$out_dir/library-choice.log")
 fi
 # Libraries the bundle carries packed (lib/NAME.xz, see gpu-bundle.sh), unpacked next to the
 # report; the bundle's lib/ follows them, for their own dependencies.
@@ -244,11 +244,16 @@ for library in "cuda runtime" nccl cublas cudnn; do
   loaded=$(json versions "$library" loaded)
   compiled=$(json versions "$library" compiled)
   echo "  - $library: ${loaded:-none} / ${compiled:-none}" >>"$report"
-  if [ -n "$loaded" ] && [ -n "$compiled" ] && [ "${loaded%%.*}" != "${compiled%%.*}" ]; then
-    mismatch+="$library $loaded loaded but compiled against $compiled; "
+  if [ -n "$loaded" ] && [ -n "$compiled" ]; then
+    # Full versions (major.minor; NCCL's major.minor.patch) where python3 can compare them.
+    if [ -f "$libraries_tool" ] && command -v python3 >/dev/null 2>&1; then
+      why=$(python3 "$libraries_tool" fits "$library" "$loaded" "$compiled") || mismatch+="$why; "
+    elif [ "${loaded%%.*}" != "${compiled%%.*}" ]; then
+      mismatch+="$library $loaded loaded but compiled against $compiled; "
+    fi
   fi
 done
-[ -z "$mismatch" ] || die "refusing to run with another major version: ${mismatch}put the matching library first on LD_LIBRARY_PATH (now: ${LD_LIBRARY_PATH:-empty})"
+[ -z "$mismatch" ] || die "refusing to run with another major version or an older release: ${mismatch}put the matching library first on LD_LIBRARY_PATH (now: ${LD_LIBRARY_PATH:-empty})"
 context="$card, driver $driver, CUDA $(json versions "cuda runtime" loaded), NCCL $(json versions nccl loaded), cohort ${commit:-unknown}"
 echo "- Every number below: $context" >>"$report"
 # The doctor's GPU health comes through NVML and sysfs (links, PCIe width and generation, ECC,

@@ -6,6 +6,7 @@
 #include "file_io.hpp"
 
 #include <cohort/checkpoint/checksum.hpp>
+#include <cohort/core/detail/current_device.hpp>
 #include <cohort/core/logging.hpp>
 #include <cohort/memory/host_resource.hpp>
 #include <cohort/memory/pinned_host.hpp>
@@ -195,6 +196,9 @@ void Checkpointer::save_async(const TrainingState& state) {
       // Note [Checkpoint writer priority]: the writer yields the cores to training.
       detail::lower_thread_priority();
       try {
+        // The writer's CUDA calls (waiting for the copy) run on the rank's device: a thread
+        // that binds none would create a context on GPU 0 (Note [Restoring an unbound thread]).
+        const detail::CurrentDevice bound(impl.host_copy->copied->device());
         impl.host_copy->copied->synchronize();
         impl.write_and_publish(*impl.host_copy);
       } catch (...) {

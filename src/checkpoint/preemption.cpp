@@ -1,7 +1,9 @@
 #include <cohort/checkpoint/preemption.hpp>
 
+#include <cohort/core/logging.hpp>
 #include <cohort/memory/detail/state_resource.hpp>
 #include <cohort/memory/detail/stream_copy.hpp>
+#include <cohort/memory/pinned_host.hpp>
 
 #include <signal.h>
 
@@ -50,16 +52,53 @@ PreemptionWatch::PreemptionWatch(World& world, Stream stream)
     : world_(world), stream_(std::move(stream)),
       flag_(detail::default_state_resource(world.device()), sizeof(std::int32_t),
             MemoryCategory::other) {
+  if (!stream_.device().is_host()) {
+    pinned_ = Buffer(make_pinned_host_resource(), 4 * sizeof(std::int32_t), MemoryCategory::other);
+    answered_[0] = Event::create(stream_.device());
+    answered_[1] = Event::create(stream_.device());
+  }
   install_preemption_handlers();
+}
+
+PreemptionWatch::~PreemptionWatch() {
+  // The last all-reduce may still write `flag_` and `pinned_`, which go with this object.
+  for (auto& event : answered_) {
+    if (!event) continue;
+    try {
+      event->synchronize();
+    } catch (const std::exception& error) {
+      COHORT_LOG(error) << "PreemptionWatch: waiting for its last all-reduce failed: "
+                        << error.what();
+    }
+  }
 }
 
 bool PreemptionWatch::agreed() {
   std::int32_t flag = preemption_requested() ? 1 : 0;
-  detail::write_now(flag_.data(), &flag, sizeof(flag), stream_);
-  world_.comm().all_reduce(TensorView(flag_.data(), 1, DType::i32, world_.device()), ReduceOp::max,
-                           stream_);
-  detail::read_after(&flag, flag_.data(), sizeof(flag), stream_);
-  return flag != 0;
+  const TensorView view(flag_.data(), 1, DType::i32, world_.device());
+  if (stream_.device().is_host()) {
+    detail::write_now(flag_.data(), &flag, sizeof(flag), stream_);
+    world_.comm().all_reduce(view, ReduceOp::max, stream_);
+    detail::read_after(&flag, flag_.data(), sizeof(flag), stream_);
+    return flag != 0;
+  }
+  // Note [Agreeing without waiting for the GPU]: this call's slot was last used two calls ago,
+  // whose answer arrived before the previous call's, which is waited for here first.
+  auto* words = static_cast<std::int32_t*>(pinned_.data());
+  const std::size_t slot = calls_ % 2;
+  const std::size_t previous = 1 - slot;
+  bool answer = false;
+  if (calls_ > 0) {
+    answered_[previous]->synchronize();
+    answer = words[2 + previous] != 0;
+  }
+  words[slot] = flag;
+  detail::copy_to_device_async(flag_.data(), &words[slot], sizeof(std::int32_t), stream_);
+  world_.comm().all_reduce(view, ReduceOp::max, stream_);
+  detail::copy_to_host_async(&words[2 + slot], flag_.data(), sizeof(std::int32_t), stream_);
+  answered_[slot]->record(stream_);
+  ++calls_;
+  return answer;
 }
 
 }  // namespace cohort

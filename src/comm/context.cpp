@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <sstream>
 
 namespace cohort::detail {
@@ -175,6 +176,12 @@ SplitPlan plan_split(CommContext& context, int color, int key) {
     entries.push_back(entry);
   }
   SplitPlan plan;
+  std::map<int, std::size_t> group_sizes;
+  for (const Entry& entry : entries) {
+    if (entry.color >= 0) {
+      plan.largest_group = std::max(plan.largest_group, ++group_sizes[entry.color]);
+    }
+  }
   if (color < 0) {
     return plan;
   }

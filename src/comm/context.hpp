@@ -126,6 +126,7 @@ struct SplitPlan {
   std::vector<int> parent_ranks;  // members of the new group, as ranks of the parent, new order
   std::vector<int> global_ranks;  // the same members as global ranks
   std::string id;                 // store scope of the new communicator
+  std::size_t largest_group = 0;  // members of the largest group any color makes (0: none)
 };
 SplitPlan plan_split(CommContext& context, int color, int key);
 

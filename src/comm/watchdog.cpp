@@ -496,6 +496,22 @@ void Watchdog::publish_all_progress() {
 // else: the scopes then find it current and change nothing. NCCL's own threads bind their
 // device themselves. test_comm_gpu's EachRankCreatesAContextOnItsOwnGpuOnly checks it where two
 // GPUs are present.
+//
+// Note [Watchdog and graph capture]
+// The watchdog polls the completion of collectives in flight every tick (cudaEventQuery, and
+// NCCL's own event queries inside ncclCommGetAsyncError). While another thread records a CUDA
+// graph in cudaStreamCaptureModeGlobal, the default of most frameworks, such a query from a
+// thread in the default mode fails with cudaErrorStreamCaptureUnsupported and invalidates that
+// capture; read as a sticky fault, it failed the collective, published the failure and aborted
+// every rank, the first time a program captured its forward and backward as cohort's own refusal
+// message advises (Note [Graph capture]). So the thread, once its device is bound, switches
+// itself to cudaStreamCaptureModeRelaxed for good (prepare_watchdog_thread, nccl/communicator.cpp):
+// its queries touch nothing a capture records, and in relaxed mode CUDA allows them. Every query
+// cohort makes on other threads does the same for its duration, and a capture status that comes
+// back all the same is read as "not ready" (Note [Queries during a capture] in
+// cohort/core/detail/query_status.hpp). test_comm_gpu's AGlobalCaptureBesideACollectiveInFlight
+// checks it: a capture spanning several ticks instantiates, the collective completes, nothing
+// is aborted. PyTorch's watchdog does the same for the same reason (pytorch#104555).
 void Watchdog::run(const std::weak_ptr<Watchdog>& weak, const std::function<void()>& bind_thread) {
   if (bind_thread) {
     try {

@@ -39,7 +39,8 @@ class Watchdog final : public std::enable_shared_from_this<Watchdog>, public Pro
   /// last owner may let go at any time, even from a thread the watchdog is calling into.
   /// `bind_thread`, when given, runs first on the watchdog's thread: on a GPU rank it binds the
   /// rank's device, so that the completion probes the thread calls (cudaEventQuery, and the
-  /// cudaEventDestroy of a pooled event) create no context on device 0 (Note [Watchdog device]).
+  /// cudaEventDestroy of a pooled event) create no context on device 0 (Note [Watchdog device]),
+  /// and puts the thread in relaxed graph-capture mode (Note [Watchdog and graph capture]).
   /// `run_id` names the folder of the rank's report of recent collectives (Note [One report per
   /// failure] in watchdog.cpp).
   static std::shared_ptr<Watchdog> start(std::unique_ptr<Store> world_store, int global_rank,

@@ -5,9 +5,10 @@
 #include "comm/topology.hpp"
 #include "comm/watchdog.hpp"
 #if COHORT_WITH_CUDA
-#include "comm/nccl/communicator.hpp"  // bind_cuda_device
+#include "comm/nccl/communicator.hpp"  // prepare_watchdog_thread
 #endif
 
+#include <cohort/comm/detail/nccl_counts.hpp>
 #include <cohort/comm/transport.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/env.hpp>
@@ -28,6 +29,10 @@
 #include <vector>
 
 namespace cohort {
+
+#if !COHORT_WITH_CUDA
+std::uint64_t detail::nccl_communicators_created() noexcept { return 0; }
+#endif
 
 struct World::Impl {
   int rank = 0;
@@ -289,7 +294,7 @@ World init(WorldOptions options) {
     std::function<void()> bind_watchdog;
 #if COHORT_WITH_CUDA
     if (impl->device.is_cuda()) {
-      bind_watchdog = [device = impl->device] { detail::bind_cuda_device(device); };
+      bind_watchdog = [device = impl->device] { detail::prepare_watchdog_thread(device); };
     }
 #endif
     impl->watchdog = detail::Watchdog::start(monitor_store->clone(), impl->rank,

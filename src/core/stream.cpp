@@ -475,6 +475,10 @@ void detail::label_host_work(const Stream& stream, std::string_view call) {
 std::optional<std::string_view> detail::unwaited_host_work(const Stream& stream) {
   return stream.impl_->unwaited_work();
 }
+const void* detail::stream_key(const Stream& stream) noexcept {
+  const void* handle = stream.impl_->native_handle();
+  return handle != nullptr ? handle : stream.impl_.get();
+}
 
 // ---- Event ----
 

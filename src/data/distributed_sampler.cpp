@@ -16,12 +16,10 @@
 #include <cohort/core/error.hpp>
 #include <cohort/memory/host_resource.hpp>
 
+#include <cohort/memory/detail/stream_copy.hpp>
+
 #if COHORT_WITH_CUDA
 #include <cohort/memory/device_pool.hpp>
-
-#include <cuda_runtime_api.h>
-
-#include <cohort/core/detail/cuda_check.hpp>
 #endif
 
 #include <algorithm>
@@ -198,14 +196,9 @@ std::vector<std::int64_t> DistributedSampler::download_permutation() {
   if (permutation_.empty() || permutation_epoch_ != position_.epoch) compute_permutation();
   std::vector<std::int64_t> host(steps_per_epoch_ * global_batch());
   const std::size_t bytes = host.size() * sizeof(std::int64_t);
-  stream_.synchronize();
-  if (stream_.device().is_host()) {
-    std::memcpy(host.data(), permutation_.data(), bytes);
-  } else {
-#if COHORT_WITH_CUDA
-    COHORT_CUDA_TRY(cudaMemcpy(host.data(), permutation_.data(), bytes, cudaMemcpyDeviceToHost));
-#endif
-  }
+  // In the stream's order, on its device, and waited for (the stream is non-blocking: a plain
+  // cudaMemcpy on the legacy stream would not wait for the permutation).
+  detail::read_after(host.data(), permutation_.data(), bytes, stream_);
   return host;
 }
 

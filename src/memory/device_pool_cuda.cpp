@@ -57,6 +57,9 @@ class DevicePoolResource final : public MemoryResource {
                          stream->device().to_string() + "; use a stream of the pool's device");
       cuda_stream = static_cast<cudaStream_t>(stream->native_handle());
     }
+    // Every call on the pool binds its device (Note [Every call binds its device]): a thread with
+    // none bound would otherwise create a context on GPU 0.
+    const detail::CudaDeviceScope scope(ordinal_);
     void* pointer = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&pointer, bytes, pool_, cuda_stream);
     if (status == cudaErrorMemoryAllocation) {
@@ -75,6 +78,7 @@ class DevicePoolResource final : public MemoryResource {
   }
 
   void do_deallocate(void* pointer, std::size_t /*bytes*/, const Stream* stream) noexcept override {
+    const detail::CudaDeviceScope scope(ordinal_);
     if (stream != nullptr) {
       COHORT_CUDA_CHECK_NOEXCEPT(
           cudaFreeAsync(pointer, static_cast<cudaStream_t>(stream->native_handle())));
@@ -86,6 +90,7 @@ class DevicePoolResource final : public MemoryResource {
   }
 
   std::size_t do_release_unused() override {
+    const detail::CudaDeviceScope scope(ordinal_);
     const std::size_t before = pool_attribute(cudaMemPoolAttrReservedMemCurrent);
     COHORT_CUDA_TRY(cudaMemPoolTrimTo(pool_, 0));
     const std::size_t after = pool_attribute(cudaMemPoolAttrReservedMemCurrent);
@@ -119,6 +124,10 @@ class DevicePoolResource final : public MemoryResource {
   }
 
   void destroy() noexcept {
+    if (sync_stream_ == nullptr && pool_ == nullptr) {
+      return;
+    }
+    const detail::CudaDeviceScope scope(ordinal_);
     if (sync_stream_ != nullptr) {
       COHORT_CUDA_CHECK_NOEXCEPT(cudaStreamSynchronize(sync_stream_));
       COHORT_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(sync_stream_));

@@ -168,6 +168,7 @@ class ManagedResource final : public MemoryResource {
 
   void do_deallocate(void* pointer, std::size_t /*bytes*/, const Stream* stream) noexcept override {
     wait_for_stream(stream);
+    const detail::CudaDeviceScope scope(options_.device);  // Note [Every call binds its device]
     COHORT_CUDA_CHECK_NOEXCEPT(cudaFree(pointer));
   }
 
@@ -198,6 +199,7 @@ void detail::managed_prefetch(const void* data, std::size_t bytes, Device destin
   if (!hints_supported(destination.is_cuda() ? destination.index() : stream.device().index())) {
     return;
   }
+  const CudaDeviceScope scope(stream.device().index());  // Note [Every call binds its device]
   auto* const cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
 #if CUDART_VERSION >= 13000
   COHORT_CUDA_TRY(

@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+
 namespace cohort {
 namespace {
 
@@ -22,6 +24,42 @@ unsigned int host_alloc_flags(const PinnedHostOptions& options) {
   return flags;
 }
 
+// Note [Pinning without a new context]
+// cudaHostAlloc and cudaFreeHost run in the calling thread's context, and a thread that bound no
+// device would get GPU 0's, created for the purpose (Note [Restoring an unbound thread]), on
+// every rank of the node. Pinned memory is reachable from every context (portable), so any
+// device whose context the process already has will do: the calling thread's when it has one,
+// else the first device in use.
+/// Binds, for the scope, a device whose primary context is already active (nothing when the
+/// calling thread's current device is one, or when no device is in use yet).
+class BoundToADeviceInUse {
+ public:
+  BoundToADeviceInUse() {
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (detail::primary_context_active(current)) {
+      return;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    for (int device = 0; device < count; ++device) {
+      if (detail::primary_context_active(device)) {
+        scope_.emplace(device);
+        return;
+      }
+    }
+  }
+
+ private:
+  std::optional<detail::CudaDeviceScope> scope_;
+};
+
 class PinnedHostResource final : public MemoryResource {
  public:
   explicit PinnedHostResource(const PinnedHostOptions& options)
@@ -31,6 +69,7 @@ class PinnedHostResource final : public MemoryResource {
 
  private:
   void* do_allocate(std::size_t bytes, const Stream* /*stream*/) override {
+    const BoundToADeviceInUse bound;  // Note [Pinning without a new context]
     void* pointer = nullptr;
     const cudaError_t status = cudaHostAlloc(&pointer, bytes, flags_);
     if (status == cudaErrorMemoryAllocation) {
@@ -44,6 +83,7 @@ class PinnedHostResource final : public MemoryResource {
 
   void do_deallocate(void* pointer, std::size_t /*bytes*/, const Stream* stream) noexcept override {
     wait_for_stream(stream);
+    const BoundToADeviceInUse bound;
     COHORT_CUDA_CHECK_NOEXCEPT(cudaFreeHost(pointer));
   }
 

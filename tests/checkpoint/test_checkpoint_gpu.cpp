@@ -6,18 +6,24 @@
 #include "checkpoint/checkpoint_test_model.hpp"  // TemporaryFolder
 
 #include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/preemption.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/optim/adamw.hpp>
 #include <cohort/optim/data_parallel_target.hpp>
 
 #if COHORT_WITH_CUDA
+#include "support/cuda_copy.hpp"
+
+#include <layers/math.hpp>
+
 #include <cuda_runtime.h>
 #endif
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -31,16 +37,16 @@ constexpr int kSavedStep = 3;
 constexpr int kSteps = 6;
 
 void upload(const cohort::TensorView& view, const std::vector<float>& host) {
-  ASSERT_EQ(cudaMemcpy(view.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+  ASSERT_EQ(cohort_test::copy_with_device_idle(view.data(), host.data(),
+                                               host.size() * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 std::vector<float> download(const cohort::DataParallel& dp) {
   dp.compute_stream().synchronize();
   std::vector<float> host(dp.plan().used_count);
-  EXPECT_EQ(cudaMemcpy(host.data(), dp.param_arena().data(), host.size() * sizeof(float),
-                       cudaMemcpyDeviceToHost),
+  EXPECT_EQ(cohort_test::copy_with_device_idle(host.data(), dp.param_arena().data(),
+                                               host.size() * sizeof(float), cudaMemcpyDeviceToHost),
             cudaSuccess);
   return host;
 }
@@ -122,6 +128,40 @@ TEST(CheckpointGpu, AsyncSaveThroughPinnedMemoryResumesBitwiseEqual) {
           << "rank " << rank << ", gather_replicated " << gather;
     }
   }
+#endif
+}
+
+// Note [Agreeing without waiting for the GPU]: with a 2 s kernel on the stream, agreed() returns
+// long before it ends; a flag raised is agreed one call later than on the host, and the first
+// call answers false.
+TEST(CheckpointGpu, PreemptionIsAgreedWithoutWaitingForTheStep) {
+  if (cohort::cuda_device_count() == 0) {
+    GTEST_SKIP() << "no GPU: " << cohort::cuda_unavailable_reason();
+  }
+#if COHORT_WITH_CUDA
+  cohort::WorldOptions world_options;
+  world_options.backend = cohort::BackendChoice::nccl;
+  world_options.timeout = std::chrono::seconds(60);
+  cohort::run_local(1, [](cohort::World& world) {
+    const cohort::Stream stream = cohort::Stream::create(world.device());
+    layers::Math math(stream);
+    cohort::clear_preemption();
+    {
+      cohort::PreemptionWatch watch(world, stream);
+      EXPECT_FALSE(watch.agreed());  // call 0: nothing agreed before it
+      math.simulate(std::chrono::seconds(2));
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_FALSE(watch.agreed());  // call 1: the answer of call 0, which came before the kernel
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(took, 0.5) << "agreed() waited for the 2 s kernel";
+      EXPECT_FALSE(stream.ready()) << "the kernel ended before agreed() returned";
+      cohort::request_preemption();
+      EXPECT_FALSE(watch.agreed());  // call 2: the flags of call 1
+      EXPECT_TRUE(watch.agreed());   // call 3: the flags of call 2
+    }  // waits for the all-reduce of call 3
+    cohort::clear_preemption();
+  }, world_options);
 #endif
 }
 

@@ -5,21 +5,31 @@
 // Checks all-reduce in f32, f16, bf16 and i32 with sum, avg, min and max, reduce-scatter (avg),
 // all-gather and broadcast against closed forms; with the argument "timeout" or "abort", an NCCL
 // collective that one rank skips, ended by the deadline or by an abort (check_fault); with
-// "contexts", that each rank created a CUDA context on its own GPU only (check_contexts). Prints
-// "rank R ok".
+// "contexts", that each rank created a CUDA context on its own GPU only, whichever of cohort's
+// threads made CUDA calls (check_contexts). Prints "rank R ok".
 // Exit status: 0 on success, 1 on a wrong result, 2 on a bad argument, 3 when a cohort call
 // failed, 4 without a GPU.
+#include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/preemption.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/float16.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/data/distributed_sampler.hpp>
+#include <cohort/ddp/data_parallel.hpp>
+#include <cohort/memory/buffer.hpp>
+#include <cohort/memory/pinned_host.hpp>
 
 #include "support/gpu_ranks.hpp"
 #include "support/test_helpers.hpp"
 
 #if COHORT_WITH_CUDA
+#include <cohort/memory/detail/stream_copy.hpp>
+
 #include <cuda.h>  // the driver's types; its functions come through cudaGetDriverEntryPoint
 #include <cuda_runtime.h>
+
+#include <unistd.h>
 #endif
 
 #include <chrono>
@@ -27,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
@@ -78,10 +89,8 @@ struct DeviceArray {
                "upload");
   }
   std::vector<T> download(const cohort::Stream& stream) const {
-    stream.synchronize();
     std::vector<T> host(count);
-    check_cuda(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost),
-               "download");
+    cohort::detail::read_after(host.data(), data, count * sizeof(T), stream);
     return host;
   }
   cohort::TensorView view(cohort::Device device) {
@@ -250,9 +259,70 @@ int check_fault(cohort::World& world, const cohort::Stream& stream, const std::s
   return wrong;
 }
 
+/// Every thread of cohort's that touches CUDA, on the rank's device: the checkpoint writer (an
+/// asynchronous save), PreemptionWatch, the sampler, and a thread that never chose a device
+/// making every kind of stream and event call (Note [Restoring an unbound thread]). Returns the
+/// failures.
+int exercise_cohort_threads(cohort::World& world, const cohort::Stream& stream) {
+  int wrong = 0;
+  cohort::ParamRegistry registry;
+  registry.add("weight", {64, 3});
+  cohort::DataParallel dp(world, registry, {});
+  // One folder for every rank (rank 0's name for it), removed once every rank is done with it.
+  if (world.rank() == 0) {
+    world.store().set("contexts/folder", "/tmp/cohort-contexts-" + std::to_string(::getpid()));
+  }
+  const std::string folder = world.store().get("contexts/folder");
+  {
+    cohort::Checkpointer saver(dp, cohort::without_optimizer, {.directory = folder});
+    saver.save_async({1, 0, 0, ""});
+    saver.wait();
+  }
+  world.comm().barrier(stream).wait();
+  if (world.rank() == 0) std::filesystem::remove_all(folder);
+  {
+    cohort::PreemptionWatch watch(world, stream);
+    for (int i = 0; i < 3; ++i) {
+      if (watch.agreed()) ++wrong;
+    }
+  }
+  std::thread fresh([&] {
+    try {
+      cohort::SamplerOptions options;
+      options.dataset_size = 100;
+      options.batch_per_rank = 4;
+      options.rank = world.rank();
+      options.world_size = world.size();
+      cohort::DistributedSampler sampler(options, cohort::Stream::create(world.device()));
+      (void)sampler.next_batch();
+      (void)sampler.download_permutation();
+      const cohort::Stream mine = cohort::Stream::create(world.device());
+      cohort::Event event = cohort::Event::create(world.device());
+      mine.enqueue([] {});
+      event.record(mine);
+      mine.wait(event);
+      (void)event.ready();
+      event.synchronize();
+      const cohort::Stream legacy = cohort::Stream::wrap_cuda(world.device(), nullptr);
+      legacy.enqueue([] {});
+      legacy.synchronize();
+      const cohort::Buffer pinned(cohort::make_pinned_host_resource(), 4096);
+      mine.synchronize();
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "rank %d: a fresh thread's calls failed: %s\n", world.rank(),
+                   error.what());
+      ++wrong;
+    }
+  });
+  fresh.join();
+  return wrong;
+}
+
 /// `mode` "contexts" (one rank per GPU, two or more GPUs): after collectives whose completion the
-/// watchdog polled, no GPU but this rank's has a primary context in this process (Note [Watchdog
-/// device]). Asks the driver through the runtime, so the program needs no libcuda at link time.
+/// watchdog polled, and after every other thread of cohort's made its CUDA calls, no GPU but this
+/// rank's has a primary context in this process (Note [Watchdog device], Note [Restoring an
+/// unbound thread]). Asks the driver through the runtime, so the program needs no libcuda at
+/// link time.
 int check_contexts(cohort::World& world, const cohort::Stream& stream) {
   DeviceArray<float> data(4096);
   data.upload(std::vector<float>(4096, 1.0f), stream);
@@ -261,6 +331,7 @@ int check_contexts(cohort::World& world, const cohort::Stream& stream) {
   }
   stream.synchronize();  // completion seen by the watchdog's probes, not by Work::wait
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // several watchdog ticks
+  int wrong = exercise_cohort_threads(world, stream);
   using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
   using GetDevice = CUresult (*)(CUdevice*, int);
   void* get_state = nullptr;
@@ -275,7 +346,6 @@ int check_contexts(cohort::World& world, const cohort::Stream& stream) {
   if (get_state == nullptr || get_device == nullptr) {
     throw std::runtime_error("the driver has no cuDevicePrimaryCtxGetState or cuDeviceGet");
   }
-  int wrong = 0;
   const int own = world.device().index();
   for (int ordinal = 0; ordinal < cohort::cuda_device_count(); ++ordinal) {
     CUdevice device = 0;

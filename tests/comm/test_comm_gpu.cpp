@@ -8,13 +8,19 @@
 #include <cohort/core/stream.hpp>
 
 #if COHORT_WITH_CUDA
+#include <cohort/memory/detail/stream_copy.hpp>
+
 #include <cuda_runtime.h>
 #endif
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,10 +39,8 @@ class NcclCollectives : public ::testing::Test {
 template <typename T>
 std::vector<T> to_host(const T* device, std::size_t count, const cohort::Stream& stream) {
   std::vector<T> host(count);
-  stream.synchronize();
-  if (count > 0 &&
-      cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    ADD_FAILURE() << "cudaMemcpy to host failed";
+  if (count > 0) {
+    cohort::detail::read_after(host.data(), device, count * sizeof(T), stream);
   }
   return host;
 }
@@ -67,12 +71,33 @@ TEST_F(NcclCollectives, TwoProcessesSharingAGpuTimeOutAtTheDeadlineAndAbort) {
   }
 }
 
+// Note [Sharing NCCL's resources]: what a World costs, measured by world_cost as two ranks
+// sharing GPU 0 (one node): its JSON goes to the test's output for the GPU check's report. On
+// one node a World makes four NCCL communicators per rank (global and local, each a control and
+// a blocking one, sharing resources) and none for cross, whose groups have one member each;
+// before, it made six.
+TEST_F(NcclCollectives, AWorldOnOneNodeMakesFourNcclCommunicators) {
+  const auto ranks = cohort_test::run_gpu_ranks(2, "tests/comm/world_cost", {}, {}, "world-cost");
+  const std::string failed = cohort_test::ranks_failed(ranks);
+  ASSERT_TRUE(failed.empty()) << failed;
+  const std::string output = cohort_test::read_file(ranks[0].output);
+  const auto json = output.find("{\"program\": \"world_cost\"");
+  ASSERT_NE(json, std::string::npos) << output;
+  std::printf("%s\n", output.substr(json, output.find('\n', json) - json).c_str());
+  std::size_t fours = 0;
+  for (auto at = output.find("\"nccl_communicators\": 4}"); at != std::string::npos;
+       at = output.find("\"nccl_communicators\": 4}", at + 1)) {
+    ++fours;
+  }
+  EXPECT_EQ(fours, 2u) << "each rank should make 4 NCCL communicators: " << output;
+}
+
 // Note [Watchdog device]: two ranks as processes, one per GPU; after collectives that the
 // watchdog polled, each process holds a CUDA context on its own GPU only.
 TEST_F(NcclCollectives, EachRankCreatesAContextOnItsOwnGpuOnly) {
   const int gpus = cohort::cuda_device_count();
   if (gpus < 2) {
-    GTEST_SKIP() << "needs two GPUs (one per rank, to see a context on the other's GPU); " << gpus
+    GTEST_SKIP() << "two GPUs needed (one per rank, to see a context on the other's GPU); " << gpus
                  << " visible";
   }
   const auto ranks = cohort_test::run_process_ranks(
@@ -206,11 +231,72 @@ TEST_F(NcclCollectives, ACollectiveInsideAGraphCaptureIsRefusedClearly) {
 #endif
 }
 
+// Note [Watchdog and graph capture]: a collective in flight on stream A while this thread records
+// a graph on stream B in cudaStreamCaptureModeGlobal (most frameworks' default) for four of the
+// watchdog's 50 ms ticks. The watchdog polls the collective all along; its queries must neither
+// invalidate the capture nor be taken for a device fault: the graph instantiates and runs, the
+// communicator is not aborted, and the collective completes with the right result.
+TEST_F(NcclCollectives, AGlobalCaptureBesideACollectiveInFlight) {
+#if COHORT_WITH_CUDA
+  cohort::WorldOptions options;
+  options.backend = cohort::BackendChoice::nccl;
+  options.timeout = std::chrono::seconds(60);
+  cohort::run_local(
+      1,
+      [](cohort::World& world) {
+        const cohort::Stream a = cohort::Stream::create(world.device());
+        const cohort::Stream b = cohort::Stream::create(world.device());
+        constexpr std::size_t kCount = 1024;
+        float* data = nullptr;
+        float* captured = nullptr;
+        ASSERT_EQ(cudaMalloc(&data, kCount * sizeof(float)), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&captured, kCount * sizeof(float)), cudaSuccess);
+        const std::vector<float> values(kCount, 3.0f);
+        cohort::detail::write_now(data, values.data(), kCount * sizeof(float), a);
+        // Stream A is held until the capture has ended, so the collective stays in flight (and
+        // polled by the watchdog) all through it.
+        std::atomic<bool> release{false};
+        a.enqueue([&release] {
+          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+        cohort::Work work = world.comm().all_reduce(
+            cohort::TensorView::of(data, kCount, world.device()), cohort::ReduceOp::sum, a);
+        auto cuda_b = static_cast<cudaStream_t>(b.native_handle());
+        ASSERT_EQ(cudaStreamBeginCapture(cuda_b, cudaStreamCaptureModeGlobal), cudaSuccess);
+        EXPECT_EQ(cudaMemsetAsync(captured, 0, kCount * sizeof(float), cuda_b), cudaSuccess);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // four watchdog ticks
+        cudaGraph_t graph = nullptr;
+        const cudaError_t ended = cudaStreamEndCapture(cuda_b, &graph);
+        EXPECT_EQ(ended, cudaSuccess) << cudaGetErrorName(ended) << ": the capture was invalidated";
+        cudaGraphExec_t exec = nullptr;
+        if (graph != nullptr) {
+          EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+          if (exec != nullptr) {
+            EXPECT_EQ(cudaGraphLaunch(exec, cuda_b), cudaSuccess);
+          }
+        }
+        b.synchronize();
+        EXPECT_FALSE(world.comm().aborted()) << world.comm().name() << " was aborted";
+        EXPECT_FALSE(work.done());  // still held on stream A
+        release.store(true);
+        EXPECT_NO_THROW(work.wait());
+        EXPECT_FALSE(world.comm().aborted());
+        const std::vector<float> result = to_host(data, kCount, a);
+        EXPECT_EQ(result, values);  // one rank: the sum is its own
+        if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);
+        (void)cudaFree(data);
+        (void)cudaFree(captured);
+      },
+      options);
+#endif
+}
+
 TEST_F(NcclCollectives, ASplitChildWorksWhateverDeviceIsCurrentWhenItIsMade) {
 #if COHORT_WITH_CUDA
   const int gpus = cohort::cuda_device_count();
   if (gpus < 2) {
-    GTEST_SKIP() << "needs two GPUs to make another device current; " << gpus << " visible";
+    GTEST_SKIP() << "two GPUs needed (to make another device current); " << gpus << " visible";
   }
   cohort::WorldOptions options;
   options.backend = cohort::BackendChoice::nccl;

@@ -1,19 +1,23 @@
-// DistributedSampler on a GPU: Thrust's permutation and gather equal the host's bit for bit, and
-// the sort's temporaries come from the sampler's resource. Skipped without a GPU.
+// DistributedSampler on a GPU: Thrust's permutation and gather equal the host's bit for bit, the
+// sort's temporaries come from the sampler's resource, and the work runs on the stream's device
+// whatever the calling thread has current (Note [Sampler launches]). Skipped without a GPU.
 
 #include <cohort/core/error.hpp>
 #include <cohort/data/distributed_sampler.hpp>
+#include <cohort/memory/buffer.hpp>
 #include <cohort/memory/statistics_adaptor.hpp>
 
 #include <gtest/gtest.h>
 
 #if COHORT_WITH_CUDA
+#include <cohort/memory/detail/stream_copy.hpp>
 #include <cohort/memory/device_pool.hpp>
 
 #include <cuda_runtime_api.h>
 #endif
 
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -66,39 +70,81 @@ TEST_F(SamplerGpu, PermutationEqualsTheHostOneBitForBit) {
   EXPECT_EQ(counted->statistics().allocations.current, 0u);
 }
 
-TEST_F(SamplerGpu, GathersTheSameRowsAsTheHost) {
-  const cohort::Stream stream = cohort::Stream::create(cohort::Device::cuda(0));
+/// Gathers one batch of `row`-byte rows on `device` from the calling thread and checks it
+/// against the host's indices.
+void gather_and_check(cohort::Device device, std::size_t row) {
+  const cohort::Stream stream = cohort::Stream::create(device);
   constexpr std::uint64_t kSamples = 1000;
-  for (const std::size_t row : {1u, 3u, 8u}) {  // byte, word and double-word copies
-    cohort::SamplerOptions options;
-    options.dataset_size = kSamples;
-    options.batch_per_rank = 32;
-    options.rank = 1;
-    options.world_size = 2;
-    cohort::DistributedSampler sampler(options, stream);
-    std::vector<std::uint8_t> table(kSamples * row);
-    for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::uint8_t>(i * 7 + 3);
-    void* table_device = nullptr;
-    void* rows_device = nullptr;
-    check_cuda(cudaMalloc(&table_device, table.size()));
-    check_cuda(cudaMalloc(&rows_device, 32 * row));
-    check_cuda(cudaMemcpy(table_device, table.data(), table.size(), cudaMemcpyHostToDevice));
-    sampler.seek({2, 5});
-    const cohort::SampledBatch batch = sampler.next_batch();
-    sampler.gather(batch, cohort::TensorView::of(static_cast<std::uint8_t*>(table_device), table.size(), cohort::Device::cuda(0)),
-                   row, cohort::TensorView::of(static_cast<std::uint8_t*>(rows_device), 32 * row, cohort::Device::cuda(0)));
-    stream.synchronize();
-    std::vector<std::uint8_t> rows(32 * row);
-    check_cuda(cudaMemcpy(rows.data(), rows_device, rows.size(), cudaMemcpyDeviceToHost));
-    const std::vector<std::int64_t> indices = sampler.host_indices(batch.position);
-    for (std::size_t j = 0; j < 32; ++j) {
-      for (std::size_t c = 0; c < row; ++c) {
-        ASSERT_EQ(rows[j * row + c], table[static_cast<std::size_t>(indices[j]) * row + c]) << j;
-      }
+  cohort::SamplerOptions options;
+  options.dataset_size = kSamples;
+  options.batch_per_rank = 32;
+  options.rank = 1;
+  options.world_size = 2;
+  cohort::DistributedSampler sampler(options, stream);
+  std::vector<std::uint8_t> table(kSamples * row);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  cohort::DevicePoolOptions pool_options;
+  pool_options.device = device.index();
+  const auto pool = cohort::make_device_pool_resource(pool_options);
+  cohort::Buffer table_device(pool, table.size(), stream);
+  cohort::Buffer rows_device(pool, 32 * row, stream);
+  // In the sampler stream's order: it is non-blocking, and a plain cudaMemcpy on the legacy
+  // stream could still be on its way when the gather reads the table.
+  cohort::detail::write_now(table_device.data(), table.data(), table.size(), stream);
+  sampler.seek({2, 5});
+  const cohort::SampledBatch batch = sampler.next_batch();
+  sampler.gather(batch,
+                 cohort::TensorView::of(static_cast<std::uint8_t*>(table_device.data()),
+                                        table.size(), device),
+                 row,
+                 cohort::TensorView::of(static_cast<std::uint8_t*>(rows_device.data()), 32 * row,
+                                        device));
+  std::vector<std::uint8_t> rows(32 * row);
+  cohort::detail::read_after(rows.data(), rows_device.data(), rows.size(), stream);
+  const std::vector<std::int64_t> indices = sampler.host_indices(batch.position);
+  for (std::size_t j = 0; j < 32; ++j) {
+    for (std::size_t c = 0; c < row; ++c) {
+      ASSERT_EQ(rows[j * row + c], table[static_cast<std::size_t>(indices[j]) * row + c]) << j;
     }
-    check_cuda(cudaFree(table_device));
-    check_cuda(cudaFree(rows_device));
   }
+}
+
+TEST_F(SamplerGpu, GathersTheSameRowsAsTheHost) {
+  for (const std::size_t row : {1u, 3u, 8u}) {  // byte, word and double-word copies
+    SCOPED_TRACE(row);
+    gather_and_check(cohort::Device::cuda(0), row);
+  }
+}
+
+// A thread that never chose a device: the sampler's Thrust calls run on the stream's device, and
+// the thread's device as cudaGetDevice shows it is what it was (Note [Restoring an unbound
+// thread]).
+TEST_F(SamplerGpu, WorksFromAThreadThatBoundNoDevice) {
+  int before = -1;
+  int after = -1;
+  std::thread fresh([&] {
+    check_cuda(cudaGetDevice(&before));
+    gather_and_check(cohort::Device::cuda(0), 8);
+    check_cuda(cudaGetDevice(&after));
+  });
+  fresh.join();
+  EXPECT_EQ(before, 0);
+  EXPECT_EQ(after, before);
+}
+
+// Thrust and CUB launch on the current device: with another GPU current, the sampler must still
+// permute and gather on its stream's.
+TEST_F(SamplerGpu, RunsOnItsStreamsDeviceWhateverIsCurrent) {
+  const int gpus = cohort::cuda_device_count();
+  if (gpus < 2) {
+    GTEST_SKIP() << "two GPUs needed (one current, the sampler's stream on the other); " << gpus
+                 << " visible";
+  }
+  check_cuda(cudaSetDevice(0));
+  gather_and_check(cohort::Device::cuda(1), 8);
+  int current = -1;
+  check_cuda(cudaGetDevice(&current));
+  EXPECT_EQ(current, 0) << "the sampler left another device current";
 }
 #else
 TEST_F(SamplerGpu, PermutationEqualsTheHostOneBitForBit) {}

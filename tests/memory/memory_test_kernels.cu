@@ -1,6 +1,7 @@
 #include "memory_test_kernels.hpp"
 
 #include <cohort/core/detail/cuda_check.hpp>
+#include <cohort/core/detail/cuda_launch.hpp>
 
 #include <cuda_runtime.h>
 
@@ -31,9 +32,9 @@ void launch_affine(cohort::DeviceSpan<const float> in, cohort::DeviceSpan<float>
   constexpr std::size_t kMaxBlocks = 1024;  // grid-stride beyond
   const std::size_t blocks = std::min((in.size() + kThreads - 1) / kThreads, kMaxBlocks);
   auto* const cuda_stream = static_cast<cudaStream_t>(stream.native_handle());
-  affine_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(kThreads), 0, cuda_stream>>>(
-      in, out, scale, shift);
-  COHORT_CUDA_TRY(cudaGetLastError());
+  cohort::detail::launch_kernel("affine", affine_kernel, dim3(static_cast<unsigned>(blocks)),
+                                dim3(static_cast<unsigned>(kThreads)), cuda_stream, 0, in, out,
+                                scale, shift);
 }
 
 }  // namespace cohort_test

@@ -19,6 +19,8 @@
 #include <vector>
 
 #if COHORT_WITH_CUDA
+#include "support/cuda_copy.hpp"
+
 #include <cuda_runtime_api.h>
 #endif
 
@@ -45,9 +47,8 @@ class DeviceArray {
     upload(host);
   }
   void upload(const std::vector<T>& host) const {
-    check(cudaDeviceSynchronize());
-    check(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
-    check(cudaDeviceSynchronize());
+    check(cohort_test::copy_with_device_idle(data_, host.data(), count_ * sizeof(T),
+                                             cudaMemcpyHostToDevice));
   }
   ~DeviceArray() { (void)cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
@@ -58,8 +59,8 @@ class DeviceArray {
   }
   std::vector<T> to_host() const {
     std::vector<T> host(count_);
-    check(cudaDeviceSynchronize());
-    check(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    check(cohort_test::copy_with_device_idle(host.data(), data_, count_ * sizeof(T),
+                                             cudaMemcpyDeviceToHost));
     return host;
   }
 
@@ -297,6 +298,7 @@ TEST(CudaKernels, ALaunchIsNotBlamedForAnEarlierUnrelatedError) {
   // A failed call whose error its caller ignored stays pending; the cast after it must neither
   // throw that error as its own nor clear it.
   const int host_value = 1;
+  // fails on purpose: a copy to nullptr leaves its error pending
   ASSERT_NE(cudaMemcpy(nullptr, &host_value, sizeof(host_value), cudaMemcpyHostToDevice),
             cudaSuccess);
   EXPECT_NO_THROW(k::cuda::cast(d_source.view(), d_h.view(), nullptr));

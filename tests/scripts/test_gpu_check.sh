@@ -72,7 +72,7 @@ make_bundle "$work/old-driver" 0 2.28.9
 expect_failure "GPUs CUDA cannot use" "nvidia-smi sees GPUs but CUDA cannot use them" \
   run "$work/smi" --bundle "$work/old-driver"
 make_bundle "$work/nccl3" 1 3.0.1
-expect_failure "NCCL of another major version" "refusing to run with another major version: nccl 3.0.1" \
+expect_failure "NCCL of another major version" "refusing to run with another major version or an older release: nccl 3.0.1" \
   run "$work/smi" --bundle "$work/nccl3"
 mkdir -p "$work/nopython"
 for tool in "$work"/smi/*; do

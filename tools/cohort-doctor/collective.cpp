@@ -4,6 +4,7 @@
 
 #include <cohort/core/error.hpp>
 #include <cohort/core/stream.hpp>
+#include <cohort/memory/detail/stream_copy.hpp>
 
 #if COHORT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -15,16 +16,19 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace cohort::doctor {
 
 namespace {
 
-/// f32 memory on the world's device (CUDA memory for NCCL, host memory otherwise).
+/// f32 memory on the world's device (CUDA memory for NCCL, host memory otherwise). Uploads and
+/// downloads run in `stream`'s order and are waited for: a plain cudaMemcpy runs on the legacy
+/// stream, which the collectives' non-blocking stream does not wait for.
 class Memory {
  public:
-  Memory(Device device, std::size_t count)
-      : device_(device), count_(std::max<std::size_t>(count, 1)) {
+  Memory(Device device, std::size_t count, Stream stream)
+      : device_(device), count_(std::max<std::size_t>(count, 1)), stream_(std::move(stream)) {
     if (device.is_host()) {
       host_.assign(count_, 0.0f);
       return;
@@ -52,33 +56,18 @@ class Memory {
     return TensorView(data() + offset, count, DType::f32, device_);
   }
   void upload(const std::vector<float>& values) {
-    if (device_.is_host()) {
-      std::copy(values.begin(), values.end(), host_.begin());
-      return;
-    }
-#if COHORT_WITH_CUDA
-    COHORT_CHECK(cudaMemcpy(device_data_, values.data(), values.size() * sizeof(float),
-                            cudaMemcpyHostToDevice) == cudaSuccess,
-                 Error, "cudaMemcpy to the device failed");
-#endif
+    detail::write_now(data(), values.data(), values.size() * sizeof(float), stream_);
   }
   std::vector<float> download(std::size_t count) {
     std::vector<float> values(count);
-    if (device_.is_host()) {
-      std::copy(host_.begin(), host_.begin() + static_cast<std::ptrdiff_t>(count), values.begin());
-      return values;
-    }
-#if COHORT_WITH_CUDA
-    COHORT_CHECK(cudaMemcpy(values.data(), device_data_, count * sizeof(float),
-                            cudaMemcpyDeviceToHost) == cudaSuccess,
-                 Error, "cudaMemcpy from the device failed");
-#endif
+    detail::read_after(values.data(), data(), count * sizeof(float), stream_);
     return values;
   }
 
  private:
   Device device_;
   std::size_t count_;
+  Stream stream_;
   std::vector<float> host_;
   float* device_data_ = nullptr;
 };
@@ -111,8 +100,8 @@ std::vector<CollectiveResult> run_collectives(World& world, std::size_t bytes, i
   const auto ranks = static_cast<std::size_t>(n);
   const std::size_t total = std::max<std::size_t>(ranks, bytes / sizeof(float) / ranks * ranks);
   const std::size_t share = total / ranks;
-  Memory input(world.device(), total);
-  Memory output(world.device(), total);
+  Memory input(world.device(), total, stream);
+  Memory output(world.device(), total, stream);
 
   struct Case {
     const char* name;

@@ -5,6 +5,7 @@
 #include "cnn_device.hpp"
 
 #include <cohort/core/error.hpp>
+#include <cohort/core/detail/cuda_device_scope.hpp>
 
 #include <cudnn.h>
 
@@ -137,9 +138,8 @@ cudnnConvolutionDescriptor_t make_conv(const ConvGeometry& g, cudnnMathType_t ma
 
 class CudnnOps final : public DeviceCnnOps {
  public:
+  /// Made, used and destroyed with `math`'s device current (OnMathDevice, below).
   CudnnOps(Math& math, Layout layout) : math_(&math), layout_(layout) {
-    COHORT_CHECK(cudaSetDevice(math.device().index()) == cudaSuccess, cohort::CudaError,
-                 "cudaSetDevice failed for " + math.device().to_string());
     LAYERS_CUDNN_TRY(cudnnCreate(&handle_));
     LAYERS_CUDNN_TRY(cudnnSetStream(handle_, static_cast<cudaStream_t>(math.stream().native_handle())));
     LAYERS_CUDNN_TRY(cudnnCreateActivationDescriptor(&relu_));
@@ -341,8 +341,74 @@ class CudnnOps final : public DeviceCnnOps {
 
 }  // namespace
 
+/// CudnnOps with its Math's device bound for each call and put back after it (Note [Layers keep
+/// the caller's device] in math.cpp): cuDNN runs on the current device, and the caller's stays
+/// the caller's.
+class OnMathDevice final : public DeviceCnnOps {
+ public:
+  OnMathDevice(Math& math, Layout layout) : device_(math.device().index()) {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_ = std::make_unique<CudnnOps>(math, layout);
+  }
+  ~OnMathDevice() override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_.reset();
+  }
+  OnMathDevice(const OnMathDevice&) = delete;
+  OnMathDevice& operator=(const OnMathDevice&) = delete;
+
+  void conv_forward(const ConvGeometry& g, const cohort::TensorView& x, const cohort::TensorView& w,
+                    const cohort::TensorView& y) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->conv_forward(g, x, w, y);
+  }
+  void conv_backward_data(const ConvGeometry& g, const cohort::TensorView& dy,
+                          const cohort::TensorView& w, const cohort::TensorView& dx) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->conv_backward_data(g, dy, w, dx);
+  }
+  void conv_backward_filter(const ConvGeometry& g, const cohort::TensorView& x,
+                            const cohort::TensorView& dy, const cohort::TensorView& dw) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->conv_backward_filter(g, x, dy, dw);
+  }
+  void batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
+                          const float* beta, float* y, float* saved_mean,
+                          float* saved_inv_std) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->batch_norm_forward(shape, group, x, gamma, beta, y, saved_mean, saved_inv_std);
+  }
+  void batch_norm_backward(const Shape4& shape, int group, const float* x, const float* dy,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                           float* dx, float* dgamma, float* dbeta) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->batch_norm_backward(shape, group, x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma,
+                              dbeta);
+  }
+  void relu(const float* x, float* y, std::size_t count) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->relu(x, y, count);
+  }
+  void add_into(const float* a, float* out, std::size_t count) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->add_into(a, out, count);
+  }
+  void global_average_pool(const Shape4& shape, const float* x, float* y) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->global_average_pool(shape, x, y);
+  }
+  void global_average_pool_backward(const Shape4& shape, const float* dy, float* dx) override {
+    const cohort::detail::CudaDeviceScope scope(device_);
+    ops_->global_average_pool_backward(shape, dy, dx);
+  }
+
+ private:
+  int device_;
+  std::unique_ptr<CudnnOps> ops_;
+};
+
 std::unique_ptr<DeviceCnnOps> make_device_cnn_ops(Math& math, Layout layout) {
-  return std::make_unique<CudnnOps>(math, layout);
+  return std::make_unique<OnMathDevice>(math, layout);
 }
 
 }  // namespace layers

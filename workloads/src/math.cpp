@@ -23,6 +23,8 @@
 #if COHORT_WITH_CUDA
 #include "math_kernels.hpp"
 
+#include <cohort/core/detail/cuda_device_scope.hpp>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -50,11 +52,20 @@ cublasOperation_t as_cublas(Transpose transpose) {
 
 }  // namespace
 
+// Note [Layers keep the caller's device]
+// Math binds its stream's device for each call that reaches CUDA or cuBLAS, and puts the
+// caller's device back after it (cohort::detail::CudaDeviceScope): a layer built or run for one
+// GPU never leaves the calling thread on that GPU, and works whichever device the caller has
+// current. The cuDNN layers (cnn_cudnn.cpp) do the same.
 struct Math::Cuda {
+  int device = 0;
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   ~Cuda() {
-    if (handle != nullptr) cublasDestroy(handle);
+    if (handle != nullptr) {
+      const cohort::detail::CudaDeviceScope scope(device);
+      cublasDestroy(handle);
+    }
   }
 };
 #else
@@ -83,7 +94,9 @@ Math::Math(cohort::Stream stream) : stream_(std::move(stream)) {
   options.device = device().index();
   resource_ = cohort::make_device_pool_resource(options);
   cuda_ = std::make_unique<Cuda>();
-  cuda_try(cudaSetDevice(device().index()), "cudaSetDevice");
+  cuda_->device = device().index();
+  // Note [Layers keep the caller's device]
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   cublas_try(cublasCreate(&cuda_->handle), "cublasCreate");
   cuda_->stream = static_cast<cudaStream_t>(stream_.native_handle());
   cublas_try(cublasSetStream(cuda_->handle, cuda_->stream), "cublasSetStream");
@@ -125,6 +138,7 @@ cohort::Buffer Math::allocate_bytes(std::size_t bytes, cohort::MemoryCategory ca
     std::memset(buffer.data(), 0, buffer.size_bytes());
   } else {
 #if COHORT_WITH_CUDA
+    const cohort::detail::CudaDeviceScope scope(cuda_->device);
     cuda_try(cudaMemsetAsync(buffer.data(), 0, buffer.size_bytes(), cuda_->stream),
              "cudaMemsetAsync");  // on this stream: later copies on it come after
 #endif
@@ -144,6 +158,7 @@ void Math::gemm(Transpose transpose_a, Transpose transpose_b, int m, int n, int 
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublas_try(cublasSgemm(cuda_->handle, as_cublas(transpose_b), as_cublas(transpose_a), n, m, k,
                          &alpha, b, ldb, a, lda, &beta, c, n),
@@ -165,6 +180,7 @@ void Math::bias_activation(float* y, const float* bias, int rows, int cols, bool
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   kernels::bias_activation(y, bias, rows, cols, relu, cuda_->stream);
 #endif
 }
@@ -179,6 +195,7 @@ void Math::relu_backward(float* grad, const float* activation, std::size_t count
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   kernels::relu_backward(grad, activation, count, cuda_->stream);
 #endif
 }
@@ -195,6 +212,7 @@ void Math::column_sums(const float* x, int rows, int cols, float* out) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   kernels::column_sums(x, rows, cols, out, cuda_->stream);
 #endif
 }
@@ -224,6 +242,7 @@ void Math::softmax_cross_entropy(const float* logits, const std::int32_t* labels
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   kernels::softmax_cross_entropy(logits, labels, rows, classes, grad_scale, grad_logits, stats,
                                  cuda_->stream);
 #endif
@@ -258,6 +277,7 @@ void Math::cast(const cohort::TensorView& from, const cohort::TensorView& to) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   if (f32_to_bf16) {
     kernels::f32_to_bf16(static_cast<const float*>(source), static_cast<std::uint16_t*>(destination),
                          count, cuda_->stream);
@@ -278,6 +298,7 @@ void Math::zero(void* data, std::size_t bytes) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   cuda_try(cudaMemsetAsync(data, 0, bytes, cuda_->stream), "cudaMemsetAsync");
 #endif
 }
@@ -289,6 +310,7 @@ void Math::upload(void* device_destination, const void* host_source, std::size_t
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   cuda_try(cudaMemcpyAsync(device_destination, host_source, bytes, cudaMemcpyHostToDevice,
                            cuda_->stream),
            "cudaMemcpyAsync");
@@ -303,6 +325,7 @@ void Math::download(void* host_destination, const void* device_source, std::size
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   cuda_try(cudaMemcpyAsync(host_destination, device_source, bytes, cudaMemcpyDeviceToHost,
                            cuda_->stream),
            "cudaMemcpyAsync");
@@ -381,6 +404,7 @@ void Math::gemm_work(double flops) {
       continue;
     }
 #if COHORT_WITH_CUDA
+    const cohort::detail::CudaDeviceScope scope(cuda_->device);
     const float alpha = 1.0f, beta = 0.0f;
     cublas_try(cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, side, side, depth, &alpha, b,
                             CUDA_R_32F, side, a, CUDA_R_32F, depth, &beta, c, CUDA_R_32F, side,
@@ -399,6 +423,7 @@ void Math::simulate(std::chrono::nanoseconds duration) {
     return;
   }
 #if COHORT_WITH_CUDA
+  const cohort::detail::CudaDeviceScope scope(cuda_->device);
   kernels::spin(static_cast<std::uint64_t>(duration.count()), cuda_->stream);
 #endif
 }

@@ -4,6 +4,7 @@
 #include "math_kernels.hpp"
 
 #include <cohort/core/error.hpp>
+#include <cohort/core/detail/cuda_launch.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -98,58 +99,49 @@ __global__ void spin_kernel(std::uint64_t nanoseconds) {
 void bias_activation(float* y, const float* bias, int rows, int cols, bool relu, void* stream) {
   const std::size_t total = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   if (total == 0) return;
-  bias_activation_kernel<<<blocks_for(total), kThreads, 0, as_cuda(stream)>>>(y, bias, rows, cols,
-                                                                                relu);
-  check_launch("bias_activation");
+  cohort::detail::launch_kernel("bias_activation", bias_activation_kernel, dim3(blocks_for(total)),
+                                dim3(kThreads), as_cuda(stream), 0, y, bias, rows, cols, relu);
 }
 
 void relu_backward(float* grad, const float* activation, std::size_t count, void* stream) {
   if (count == 0) return;
-  relu_backward_kernel<<<blocks_for(count), kThreads, 0, as_cuda(stream)>>>(grad, activation,
-                                                                             count);
-  check_launch("relu_backward");
+  cohort::detail::launch_kernel("relu_backward", relu_backward_kernel, dim3(blocks_for(count)),
+                                dim3(kThreads), as_cuda(stream), 0, grad, activation, count);
 }
 
 void column_sums(const float* x, int rows, int cols, float* out, void* stream) {
   if (cols <= 0) return;
-  column_sums_kernel<<<blocks_for(static_cast<std::size_t>(cols)), kThreads, 0, as_cuda(stream)>>>(
-      x, rows, cols, out);
-  check_launch("column_sums");
+  cohort::detail::launch_kernel("column_sums", column_sums_kernel,
+                                dim3(blocks_for(static_cast<std::size_t>(cols))), dim3(kThreads),
+                                as_cuda(stream), 0, x, rows, cols, out);
 }
 
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
                            float grad_scale, float* grad_logits, double* stats, void* stream) {
   if (rows <= 0) return;
-  softmax_cross_entropy_kernel<<<blocks_for(static_cast<std::size_t>(rows)), kThreads, 0,
-                                 as_cuda(stream)>>>(logits, labels, rows, classes, grad_scale,
-                                                    grad_logits, stats);
-  check_launch("softmax_cross_entropy");
+  cohort::detail::launch_kernel("softmax_cross_entropy", softmax_cross_entropy_kernel,
+                                dim3(blocks_for(static_cast<std::size_t>(rows))), dim3(kThreads),
+                                as_cuda(stream), 0, logits, labels, rows, classes, grad_scale,
+                                grad_logits, stats);
 }
 
 void f32_to_bf16(const float* from, std::uint16_t* to, std::size_t count, void* stream) {
   if (count == 0) return;
-  f32_to_bf16_kernel<<<blocks_for(count), kThreads, 0, as_cuda(stream)>>>(
-      from, reinterpret_cast<__nv_bfloat16*>(to), count);
-  check_launch("f32_to_bf16");
+  cohort::detail::launch_kernel("f32_to_bf16", f32_to_bf16_kernel, dim3(blocks_for(count)),
+                                dim3(kThreads), as_cuda(stream), 0, from,
+                                reinterpret_cast<__nv_bfloat16*>(to), count);
 }
 
 void bf16_to_f32(const std::uint16_t* from, float* to, std::size_t count, void* stream) {
   if (count == 0) return;
-  bf16_to_f32_kernel<<<blocks_for(count), kThreads, 0, as_cuda(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(from), to, count);
-  check_launch("bf16_to_f32");
+  cohort::detail::launch_kernel("bf16_to_f32", bf16_to_f32_kernel, dim3(blocks_for(count)),
+                                dim3(kThreads), as_cuda(stream), 0,
+                                reinterpret_cast<const __nv_bfloat16*>(from), to, count);
 }
 
 void spin(std::uint64_t nanoseconds, void* stream) {
-  spin_kernel<<<1, 1, 0, as_cuda(stream)>>>(nanoseconds);
-  check_launch("spin");
-}
-
-void check_launch(const char* what) {
-  const cudaError_t error = cudaGetLastError();
-  COHORT_CHECK(error == cudaSuccess, cohort::CudaError,
-               std::string("launching the ") + what + " kernel: " + cudaGetErrorName(error) +
-                   ": " + cudaGetErrorString(error));
+  cohort::detail::launch_kernel("spin", spin_kernel, dim3(1), dim3(1), as_cuda(stream), 0,
+                                nanoseconds);
 }
 
 }  // namespace layers::kernels

@@ -1,7 +1,8 @@
 #pragma once
 
 // Launchers of the CUDA kernels behind layers::Math (math_kernels.cu). `stream` is a
-// cudaStream_t; every launch is asynchronous on it. Only math.cpp includes this file.
+// cudaStream_t; every launch is asynchronous on it, and a failed launch throws cohort::CudaError
+// (Note [Checking a launch] in cohort/core/detail/cuda_launch.hpp). Only math.cpp includes this file.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +19,5 @@ void f32_to_bf16(const float* from, std::uint16_t* to, std::size_t count, void* 
 void bf16_to_f32(const std::uint16_t* from, float* to, std::size_t count, void* stream);
 /// Spins one thread block until `nanoseconds` have passed on the GPU's global timer.
 void spin(std::uint64_t nanoseconds, void* stream);
-/// Throws cohort::CudaError for the last launch error.
-void check_launch(const char* what);
 
 }  // namespace layers::kernels

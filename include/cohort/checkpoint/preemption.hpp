@@ -16,9 +16,21 @@
 ///
 /// Note [Preemption]
 /// The handler only sets an atomic flag (async-signal-safe). `agreed()` all-reduces (max) this
-/// rank's flag over the world on the given stream and waits for it: one 4-byte collective per
-/// call, so a program may call it every step, or every few steps to save its cost. Every rank
-/// gets the same answer at the same step, so all of them save the same checkpoint and stop.
+/// rank's flag over the world on the given stream: one 4-byte collective per call, so a program
+/// may call it every step, or every few steps to save its cost. Every rank gets the same answer
+/// at the same call, so all of them save the same checkpoint and stop.
+///
+/// Note [Agreeing without waiting for the GPU]
+/// On the host the collective runs at once and `agreed()` answers for the flags as they are now.
+/// On a GPU, waiting for its answer would wait for the whole step enqueued before it, every step,
+/// and the host could never run ahead of the GPU. So there `agreed()` enqueues this call's
+/// all-reduce and a copy of its answer into pinned memory, and returns the answer of the
+/// previous call: the agreement of the flags as they were one call earlier, which it waits for
+/// only if the GPU has not yet reached it (the host then runs at most one call ahead). The
+/// answer stays identical on every rank, because every rank's call k returns the all-reduce that
+/// every rank issued at call k - 1; the first call answers false everywhere. A signal is acted on
+/// one call later than on the host, well inside any launcher's grace period. A PreemptionWatch
+/// waits for its last all-reduce when destroyed.
 /// `cohortrun` forwards a SIGTERM or SIGINT it receives to every rank and waits `--grace` seconds
 /// before SIGKILL; a program stopped this way should exit with `kPreemptedExitStatus`, and when
 /// every rank does, so does cohortrun.
@@ -36,6 +48,9 @@
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 #include <cohort/memory/buffer.hpp>
+
+#include <cstdint>
+#include <optional>
 
 namespace cohort {
 
@@ -64,14 +79,26 @@ class PreemptionWatch {
   /// Installs the handlers. `stream` is where the collective runs (the compute stream).
   PreemptionWatch(World& world, Stream stream);
 
-  /// Whether any rank's flag is set. Collective: every rank calls it at the same step.
-  /// Waits for `stream`.
+  /// Waits for the last all-reduce it enqueued (Note [Agreeing without waiting for the GPU]).
+  ~PreemptionWatch();
+  PreemptionWatch(const PreemptionWatch&) = delete;
+  PreemptionWatch& operator=(const PreemptionWatch&) = delete;
+
+  /// Whether any rank's flag is set. Collective: every rank calls it at the same step. On the
+  /// host it waits for `stream` and answers for the flags now; on a GPU it waits for nothing
+  /// enqueued since its previous call and answers for the flags as they were then (Note
+  /// [Agreeing without waiting for the GPU]).
   bool agreed();
 
  private:
   World& world_;
   Stream stream_;
   Buffer flag_;  ///< one i32 on the world's device
+  /// On a GPU: pinned host words, the flag sent by each of the last two calls ([0], [1]) and
+  /// the answer each got back ([2], [3]); and the events that say each answer has arrived.
+  Buffer pinned_;
+  std::optional<Event> answered_[2];
+  std::uint64_t calls_ = 0;
 };
 
 }  // namespace cohort

@@ -52,6 +52,10 @@ struct CreatedCounts {
   std::uint64_t streams = 0;
 };
 CreatedCounts created_counts() noexcept;
+/// Names the queue of work that `stream` is: the same for two handles of one CUDA stream (its
+/// `cudaStream_t`) and for copies of one host stream, different for different ones while both
+/// live. Work on one key completes in the order it was enqueued.
+const void* stream_key(const Stream& stream) noexcept;
 }  // namespace detail
 
 class Stream {
@@ -106,6 +110,7 @@ class Stream {
   friend class Event;
   friend void detail::label_host_work(const Stream& stream, std::string_view call);
   friend std::optional<std::string_view> detail::unwaited_host_work(const Stream& stream);
+  friend const void* detail::stream_key(const Stream& stream) noexcept;
   std::shared_ptr<detail::StreamImpl> impl_;
 };
 

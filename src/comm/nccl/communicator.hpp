@@ -15,6 +15,11 @@ namespace cohort::detail {
 /// Makes `device` current for the calling thread (its CUDA device binding).
 void bind_cuda_device(Device device);
 
+/// Prepares the watchdog's thread of a rank on `device`, before its first CUDA call: binds the
+/// device (Note [Watchdog device]) and puts the thread in relaxed graph-capture mode for good
+/// (Note [Watchdog and graph capture] in watchdog.cpp).
+void prepare_watchdog_thread(Device device);
+
 /// "NCCL 2.28.9" (the library loaded at run time).
 std::string nccl_version_string();
 

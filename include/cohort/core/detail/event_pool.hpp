@@ -19,7 +19,9 @@
 
 #include <cohort/core/stream.hpp>
 
+#include <algorithm>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -79,29 +81,35 @@ class EventPool {
   }
 
   /// A `CompletionMark` recorded on `stream` now (Note [Step events]). Marks lent earlier are
-  /// looked at first, oldest first, until one is still pending: those done give their events
-  /// back, so the mark made here reuses one.
+  /// looked at first, each stream's oldest first until one of that stream's is still pending:
+  /// those done give their events back, so the mark made here reuses one (Note [Draining lent
+  /// marks]).
   std::shared_ptr<CompletionMark> mark(const Stream& stream) {
+    const void* key = stream_key(stream);
     {
       const std::lock_guard<std::mutex> lock(lent_mutex_);
-      while (!lent_.empty()) {
-        bool done = false;
-        try {
-          done = lent_.front()->ready();
-        } catch (...) {  // its holder sees the error when it asks; this mark stays lent
-        }
-        if (!done) {
-          break;
-        }
-        lent_.pop_front();
-      }
+      drain_locked();
     }
     std::shared_ptr<Event> event = acquire();
     event->record(stream);
     auto mark = std::make_shared<CompletionMark>(std::move(event));
     const std::lock_guard<std::mutex> lock(lent_mutex_);
-    lent_.push_back(mark);
+    auto queue = std::find_if(lent_.begin(), lent_.end(),
+                              [key](const LentOnStream& lent) { return lent.stream == key; });
+    if (queue == lent_.end()) {
+      lent_.push_back(LentOnStream{key, {}});
+      queue = std::prev(lent_.end());
+    }
+    queue->marks.push_back(mark);
     return mark;
+  }
+
+  /// Marks lent and not yet seen done (for tests).
+  std::size_t lent_count() {
+    const std::lock_guard<std::mutex> lock(lent_mutex_);
+    std::size_t count = 0;
+    for (const LentOnStream& lent : lent_) count += lent.marks.size();
+    return count;
   }
 
   /// Events created so far and now free (for tests).
@@ -118,8 +126,36 @@ class EventPool {
   Device device_;
   bool timing_;
   std::shared_ptr<Free> free_;
+  // Note [Draining lent marks]
+  // Marks recorded on one stream complete in the order they were recorded, so a stream's queue
+  // is looked at from its oldest mark until the first still pending: the ones after it cannot be
+  // done. Marks of different streams have no order: one queue per stream, so that a collective
+  // still running on one stream (a slow peer, a long kernel before it) holds back only the marks
+  // recorded after it on that stream, never the events of every later collective on the others.
+  struct LentOnStream {
+    const void* stream;                                 // detail::stream_key
+    std::deque<std::shared_ptr<CompletionMark>> marks;  // oldest first
+  };
+  /// Gives back the events of every lent mark now done. Call with `lent_mutex_` held.
+  void drain_locked() {
+    for (auto queue = lent_.begin(); queue != lent_.end();) {
+      while (!queue->marks.empty()) {
+        bool done = false;
+        try {
+          done = queue->marks.front()->ready();
+        } catch (...) {  // its holder sees the error when it asks; this mark stays lent
+        }
+        if (!done) {
+          break;
+        }
+        queue->marks.pop_front();
+      }
+      queue = queue->marks.empty() ? lent_.erase(queue) : std::next(queue);
+    }
+  }
+
   std::mutex lent_mutex_;
-  std::deque<std::shared_ptr<CompletionMark>> lent_;  // marks handed out, oldest first
+  std::vector<LentOnStream> lent_;  // marks handed out, one queue per stream
 };
 
 }  // namespace cohort::detail

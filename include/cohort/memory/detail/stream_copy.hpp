@@ -22,6 +22,12 @@ void read_after(void* destination, const void* source, std::size_t bytes, const 
 void copy_to_host_async(void* destination, const void* source, std::size_t bytes,
                         const Stream& stream);
 
+/// Enqueues on `stream` a copy of `bytes` from host memory `source` (pinned, for a CUDA device,
+/// so that the copy is asynchronous) to `destination` (on `stream`'s device); returns at once.
+/// `source` must stay unchanged until the copy has run.
+void copy_to_device_async(void* destination, const void* source, std::size_t bytes,
+                          const Stream& stream);
+
 /// Sets `bytes` at `destination` to zero in stream order.
 void zero_async(void* destination, std::size_t bytes, const Stream& stream);
 
