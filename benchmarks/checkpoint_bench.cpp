@@ -46,15 +46,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <fstream>
-#include <memory>
-#include <sstream>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,8 +108,9 @@ void read_range(const std::filesystem::path& path, char* into, std::size_t size,
 PlainTimes plain_io(const std::filesystem::path& folder, int ranks, std::size_t bytes, bool cold) {
   const std::size_t share = bytes / static_cast<std::size_t>(ranks);
   std::vector<std::vector<char>> data(static_cast<std::size_t>(ranks), std::vector<char>(share, 7));
-  std::vector<std::vector<char>> whole(static_cast<std::size_t>(ranks),
-                                       std::vector<char>(share * static_cast<std::size_t>(ranks), 7));
+  std::vector<std::vector<char>> whole(
+      static_cast<std::size_t>(ranks),
+      std::vector<char>(share * static_cast<std::size_t>(ranks), 7));
   auto file = [&](int r) { return folder / ("plain-" + std::to_string(r) + ".bin"); };
   auto each = [&](auto body) {
     const auto start = Clock::now();
@@ -135,12 +136,15 @@ PlainTimes plain_io(const std::filesystem::path& folder, int ranks, std::size_t 
     ::close(fd);
   });
   drop();
-  times.read = each([&](int r) { read_range(file(r), data[static_cast<std::size_t>(r)].data(), share); });
+  times.read =
+      each([&](int r) { read_range(file(r), data[static_cast<std::size_t>(r)].data(), share); });
   drop();
   times.read_all = each([&](int r) {
     for (int other = 0; other < ranks; ++other) {
-      read_range(file(other), whole[static_cast<std::size_t>(r)].data() + share * static_cast<std::size_t>(other),
-                 share);
+      read_range(
+          file(other),
+          whole[static_cast<std::size_t>(r)].data() + share * static_cast<std::size_t>(other),
+          share);
     }
   });
   for (int r = 0; r < ranks; ++r) std::filesystem::remove(file(r));
@@ -258,8 +262,8 @@ std::uint64_t dcp_style_load(const std::filesystem::path& checkpoint, cohort::Da
       if (from >= to) continue;
       const std::size_t bytes = piece.count * element;
       std::unique_ptr<unsigned char[]> temporary(new unsigned char[bytes]);  // a new tensor
-      read_range(checkpoint / manifest.files[piece.file].name, reinterpret_cast<char*>(temporary.get()),
-                 bytes, piece.byte_offset);
+      read_range(checkpoint / manifest.files[piece.file].name,
+                 reinterpret_cast<char*>(temporary.get()), bytes, piece.byte_offset);
       read += bytes;
       auto* place = static_cast<unsigned char*>(need.view.data()) + (from - need.offset) * element;
       const unsigned char* part = temporary.get() + (from - piece.element_offset) * element;
@@ -277,8 +281,12 @@ std::uint64_t dcp_style_load(const std::filesystem::path& checkpoint, cohort::Da
 struct Series {
   std::vector<double> values;
   double median() const { return cohort::bench::median(values); }
-  double min() const { return values.empty() ? 0 : *std::min_element(values.begin(), values.end()); }
-  double max() const { return values.empty() ? 0 : *std::max_element(values.begin(), values.end()); }
+  double min() const {
+    return values.empty() ? 0 : *std::min_element(values.begin(), values.end());
+  }
+  double max() const {
+    return values.empty() ? 0 : *std::max_element(values.begin(), values.end());
+  }
 };
 
 }  // namespace
@@ -297,12 +305,14 @@ int main(int argc, char** argv) {
   int window = 4;
   double compute_ms = 0;
   namespace cli = cohort::cli;
-  CLI::App app{"checkpoint_bench: checkpoint save against a plain write, the start-up load against "
-               "a DCP-style load of the same state, and the stall of the training steps after "
-               "save_async",
-               "checkpoint_bench"};
+  CLI::App app{
+      "checkpoint_bench: checkpoint save against a plain write, the start-up load against "
+      "a DCP-style load of the same state, and the stall of the training steps after "
+      "save_async",
+      "checkpoint_bench"};
   cli::conventions(app);
-  app.add_option("--ranks", ranks, "ranks as threads (with --gpu: at most the GPUs; default all of them)")
+  app.add_option("--ranks", ranks,
+                 "ranks as threads (with --gpu: at most the GPUs; default all of them)")
       ->check(cli::whole(1, 64));
   app.add_flag("--gpu", gpu,
                "one rank per GPU (NCCL): parameters and AdamW state on the device, saved through "
@@ -315,14 +325,16 @@ int main(int argc, char** argv) {
       ->check(cli::whole(0, 100000));
   app.add_option("--window", window, "steps after each save_async that count towards its stall")
       ->check(cli::whole(1, 1000));
-  app.add_option("--compute-ms", compute_ms,
-                 "work per step standing for forward and backward, in milliseconds (on an idle core, "
-                 "or on the GPU with --gpu)")
+  app.add_option(
+         "--compute-ms", compute_ms,
+         "work per step standing for forward and backward, in milliseconds (on an idle core, "
+         "or on the GPU with --gpu)")
       ->check(cli::number(0.0, 10000.0));
   app.add_option("--dir", dir, "folder for the files (removed afterwards)");
-  app.add_flag("--gather", gather,
-               "loads: each rank reads a slice of the replicated arrays and the ranks all-gather them "
-               "(gather_replicated = true; unset: the load measures and chooses)");
+  app.add_flag(
+      "--gather", gather,
+      "loads: each rank reads a slice of the replicated arrays and the ranks all-gather them "
+      "(gather_replicated = true; unset: the load measures and chooses)");
   app.add_flag("--no-gather", no_gather, "loads: every rank reads the replicated arrays whole")
       ->excludes("--gather");
   app.add_flag("--cold", cold, "drop the files' pages before each read (reads from the disk)");
@@ -356,231 +368,250 @@ int main(int argc, char** argv) {
     }
     if (app.count("--ranks") == 0) ranks = devices;
     if (ranks > devices) {
-      std::fprintf(stderr, "checkpoint_bench: --ranks %d with --gpu, but this machine has %d GPUs\n",
-                   ranks, devices);
+      std::fprintf(stderr,
+                   "checkpoint_bench: --ranks %d with --gpu, but this machine has %d GPUs\n", ranks,
+                   devices);
       return 2;
     }
     world_options.backend = cohort::BackendChoice::nccl;
 #else
-    std::fprintf(stderr, "checkpoint_bench: --gpu needs cohort built with CUDA and the examples' "
-                         "layers library\n");
+    std::fprintf(stderr,
+                 "checkpoint_bench: --gpu needs cohort built with CUDA and the examples' "
+                 "layers library\n");
     return 2;
 #endif
   }
   std::vector<double> seconds_of_rank(static_cast<std::size_t>(ranks));  // of the load timed now
-  const std::optional<bool> gather_option = gather ? std::optional<bool>(true)
-                                            : no_gather ? std::optional<bool>(false) : std::nullopt;
-  cohort::run_local(ranks, [&](cohort::World& world) {
-    cohort::ParamRegistry registry;
-    registry.add("weights", {elements});
-    cohort::DataParallelOptions dp_options;
-    dp_options.bucket_bytes = std::size_t{4} << 20;  // no link measurement at each construction
-    if (!gpu) {  // on a GPU the arena starts at zero: the same bytes to save and load
-      dp_options.init = [](cohort::DataParallel& d) {
-        auto* p = static_cast<float*>(d.param_arena().data());
-        for (std::size_t i = 0; i < d.param_arena().count(); ++i) p[i] = 0.001f * static_cast<float>(i % 1000);
-      };
-    }
-    cohort::DataParallel dp(world, registry, dp_options);
-    cohort::AdamW optimizer(cohort::target_of(dp), {.lr = 1e-3f});
-    const std::filesystem::path root = folder / "ckpt";
-    cohort::Checkpointer checkpoints(dp, &optimizer, {.directory = root, .keep_last = 1,
-                                                         .gather_replicated = gather_option});
-    volatile double sink = 0;
-    std::function<void()> device_compute = [] {};
+  const std::optional<bool> gather_option = gather      ? std::optional<bool>(true)
+                                            : no_gather ? std::optional<bool>(false)
+                                                        : std::nullopt;
+  cohort::run_local(
+      ranks,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        registry.add("weights", {elements});
+        cohort::DataParallelOptions dp_options;
+        dp_options.bucket_bytes = std::size_t{4} << 20;  // no link measurement at each construction
+        if (!gpu) {  // on a GPU the arena starts at zero: the same bytes to save and load
+          dp_options.init = [](cohort::DataParallel& d) {
+            auto* p = static_cast<float*>(d.param_arena().data());
+            for (std::size_t i = 0; i < d.param_arena().count(); ++i)
+              p[i] = 0.001f * static_cast<float>(i % 1000);
+          };
+        }
+        cohort::DataParallel dp(world, registry, dp_options);
+        cohort::AdamW optimizer(cohort::target_of(dp), {.lr = 1e-3f});
+        const std::filesystem::path root = folder / "ckpt";
+        cohort::Checkpointer checkpoints(
+            dp, &optimizer,
+            {.directory = root, .keep_last = 1, .gather_replicated = gather_option});
+        volatile double sink = 0;
+        std::function<void()> device_compute = [] {};
 #ifdef COHORT_CHECKPOINT_BENCH_GPU
-    // On a GPU: square fp32 GEMMs on the compute stream, as many as take --compute-ms (timed
-    // here, median of 5).
-    std::optional<layers::Math> math;
-    cohort::Buffer gemm_a, gemm_b, gemm_c;
-    if (gpu && compute_ms > 0) {
-      constexpr int kSide = 1024;
-      math.emplace(dp.compute_stream());
-      gemm_a = math->allocate_floats(std::size_t{kSide} * kSide);
-      gemm_b = math->allocate_floats(std::size_t{kSide} * kSide);
-      gemm_c = math->allocate_floats(std::size_t{kSide} * kSide);
-      auto gemms = [&](int count) {
-        for (int i = 0; i < count; ++i) {
-          math->gemm(layers::Transpose::no, layers::Transpose::no, kSide, kSide, kSide, 1.0f,
-                     static_cast<const float*>(gemm_a.data()), static_cast<const float*>(gemm_b.data()),
-                     0.0f, static_cast<float*>(gemm_c.data()));
-        }
-      };
-      gemms(10);
-      dp.compute_stream().synchronize();
-      std::vector<double> per_gemm;
-      for (int i = 0; i < 5; ++i) {
-        const auto start = Clock::now();
-        gemms(20);
-        dp.compute_stream().synchronize();
-        per_gemm.push_back(seconds_since(start) / 20);
-      }
-      const int count = std::max(1, static_cast<int>(compute_ms * 1e-3 / median(per_gemm)));
-      device_compute = [gemms, count] { gemms(count); };
-    }
-#endif
-    auto step = [&] {
-      device_compute();
-      sink = sink + compute(compute_iterations, 0.25 + 0.01 * world.rank());
-      dp.grad_ready(cohort::ParamHandle{0});
-      dp.sync_grads();
-      optimizer.step();
-      dp.compute_stream().synchronize();
-    };
-    step();
-    cohort::Store& store = world.store();
-    auto barrier = [&](const std::string& name) {
-      store_barrier(store, "bench/" + name, world.size(), world.timeout());
-    };
-    // Puts the checkpoint's files in the page cache (warm) or takes them out (cold), on rank 0,
-    // then measures how much of them is resident; every rank waits for it.
-    auto prepare = [&](const std::filesystem::path& saved, const std::string& name) {
-      double share = 0;
-      if (world.rank() == 0) {
-        if (!cold) {
-          read_through_cache(saved);
-        } else if (drop_caches) {
-          if (!drop_page_cache_globally()) {
-            dropped_globally = false;
-            drop_cache(saved);
+        // On a GPU: square fp32 GEMMs on the compute stream, as many as take --compute-ms (timed
+        // here, median of 5).
+        std::optional<layers::Math> math;
+        cohort::Buffer gemm_a, gemm_b, gemm_c;
+        if (gpu && compute_ms > 0) {
+          constexpr int kSide = 1024;
+          math.emplace(dp.compute_stream());
+          gemm_a = math->allocate_floats(std::size_t{kSide} * kSide);
+          gemm_b = math->allocate_floats(std::size_t{kSide} * kSide);
+          gemm_c = math->allocate_floats(std::size_t{kSide} * kSide);
+          auto gemms = [&](int count) {
+            for (int i = 0; i < count; ++i) {
+              math->gemm(layers::Transpose::no, layers::Transpose::no, kSide, kSide, kSide, 1.0f,
+                         static_cast<const float*>(gemm_a.data()),
+                         static_cast<const float*>(gemm_b.data()), 0.0f,
+                         static_cast<float*>(gemm_c.data()));
+            }
+          };
+          gemms(10);
+          dp.compute_stream().synchronize();
+          std::vector<double> per_gemm;
+          for (int i = 0; i < 5; ++i) {
+            const auto start = Clock::now();
+            gemms(20);
+            dp.compute_stream().synchronize();
+            per_gemm.push_back(seconds_since(start) / 20);
           }
-        } else {
-          drop_cache(saved);
+          const int count = std::max(1, static_cast<int>(compute_ms * 1e-3 / median(per_gemm)));
+          device_compute = [gemms, count] { gemms(count); };
         }
-        share = resident_share(saved);
-      }
-      barrier(name);
-      return share;
-    };
-    // Every rank's seconds of one load into a new model, from a barrier; the slowest rank's.
-    auto timed_on_every_rank = [&](const std::string& name, const std::function<void()>& body) {
-      barrier(name + "/start");
-      const auto start = Clock::now();
-      body();
-      const double seconds = seconds_since(start);
-      {
-        const std::lock_guard lock(mutex);
-        seconds_of_rank[static_cast<std::size_t>(world.rank())] = seconds;
-      }
-      barrier(name + "/end");
-      return *std::max_element(seconds_of_rank.begin(), seconds_of_rank.end());
-    };
-    for (int repeat = 0; repeat <= repeats; ++repeat) {
-      const std::string round = std::to_string(repeat);
-      barrier("save/" + round);
-      auto start = Clock::now();
-      const std::filesystem::path saved = checkpoints.save({repeat, 0, 0, ""});
-      const double save = seconds_since(start);
-      if (world.rank() == 0 && checkpoint_bytes == 0) {
-        for (const auto& entry : std::filesystem::directory_iterator(saved)) {
-          if (entry.is_regular_file() && entry.path().extension() == ".bin") checkpoint_bytes += entry.file_size();
-        }
-      }
-      // The start-up load and the DCP-style load, each into a new model, in turn.
-      double startup = 0, dcp = 0, resident = 0;
-      std::optional<cohort::LoadReport> report;
-      for (int turn = 0; turn < 2; ++turn) {
-        const bool startup_turn = (turn == 0) == (repeat % 2 == 0);
-        cohort::DataParallel fresh(world, registry, dp_options);
-        cohort::AdamW fresh_optimizer(cohort::target_of(fresh), {.lr = 1e-3f});
-        fresh.compute_stream().synchronize();
-        resident = std::max(resident, prepare(saved, "prepare/" + round + "/" + std::to_string(turn)));
-        if (startup_turn) {
-          cohort::Checkpointer loader(fresh, &fresh_optimizer,
-                                      {.directory = root, .gather_replicated = gather_option});
-          startup = timed_on_every_rank("startup/" + round, [&] { loader.load(); });
-          report = loader.last_load();
-        } else {
-          std::uint64_t bytes = 0;
-          dcp = timed_on_every_rank("dcp/" + round, [&] {
-            bytes = dcp_style_load(saved, fresh, fresh_optimizer);
+#endif
+        auto step = [&] {
+          device_compute();
+          sink = sink + compute(compute_iterations, 0.25 + 0.01 * world.rank());
+          dp.grad_ready(cohort::ParamHandle{0});
+          dp.sync_grads();
+          optimizer.step();
+          dp.compute_stream().synchronize();
+        };
+        step();
+        cohort::Store& store = world.store();
+        auto barrier = [&](const std::string& name) {
+          store_barrier(store, "bench/" + name, world.size(), world.timeout());
+        };
+        // Puts the checkpoint's files in the page cache (warm) or takes them out (cold), on rank 0,
+        // then measures how much of them is resident; every rank waits for it.
+        auto prepare = [&](const std::filesystem::path& saved, const std::string& name) {
+          double share = 0;
+          if (world.rank() == 0) {
+            if (!cold) {
+              read_through_cache(saved);
+            } else if (drop_caches) {
+              if (!drop_page_cache_globally()) {
+                dropped_globally = false;
+                drop_cache(saved);
+              }
+            } else {
+              drop_cache(saved);
+            }
+            share = resident_share(saved);
+          }
+          barrier(name);
+          return share;
+        };
+        // Every rank's seconds of one load into a new model, from a barrier; the slowest rank's.
+        auto timed_on_every_rank = [&](const std::string& name, const std::function<void()>& body) {
+          barrier(name + "/start");
+          const auto start = Clock::now();
+          body();
+          const double seconds = seconds_since(start);
+          {
+            const std::lock_guard lock(mutex);
+            seconds_of_rank[static_cast<std::size_t>(world.rank())] = seconds;
+          }
+          barrier(name + "/end");
+          return *std::max_element(seconds_of_rank.begin(), seconds_of_rank.end());
+        };
+        for (int repeat = 0; repeat <= repeats; ++repeat) {
+          const std::string round = std::to_string(repeat);
+          barrier("save/" + round);
+          auto start = Clock::now();
+          const std::filesystem::path saved = checkpoints.save({repeat, 0, 0, ""});
+          const double save = seconds_since(start);
+          if (world.rank() == 0 && checkpoint_bytes == 0) {
+            for (const auto& entry : std::filesystem::directory_iterator(saved)) {
+              if (entry.is_regular_file() && entry.path().extension() == ".bin")
+                checkpoint_bytes += entry.file_size();
+            }
+          }
+          // The start-up load and the DCP-style load, each into a new model, in turn.
+          double startup = 0, dcp = 0, resident = 0;
+          std::optional<cohort::LoadReport> report;
+          for (int turn = 0; turn < 2; ++turn) {
+            const bool startup_turn = (turn == 0) == (repeat % 2 == 0);
+            cohort::DataParallel fresh(world, registry, dp_options);
+            cohort::AdamW fresh_optimizer(cohort::target_of(fresh), {.lr = 1e-3f});
             fresh.compute_stream().synchronize();
-          });
-          if (world.rank() == 0) dcp_bytes_per_rank = bytes;
+            resident =
+                std::max(resident, prepare(saved, "prepare/" + round + "/" + std::to_string(turn)));
+            if (startup_turn) {
+              cohort::Checkpointer loader(fresh, &fresh_optimizer,
+                                          {.directory = root, .gather_replicated = gather_option});
+              startup = timed_on_every_rank("startup/" + round, [&] { loader.load(); });
+              report = loader.last_load();
+            } else {
+              std::uint64_t bytes = 0;
+              dcp = timed_on_every_rank("dcp/" + round, [&] {
+                bytes = dcp_style_load(saved, fresh, fresh_optimizer);
+                fresh.compute_stream().synchronize();
+              });
+              if (world.rank() == 0) dcp_bytes_per_rank = bytes;
+            }
+          }
+          // A live load: this Checkpointer has saved, so it checks every byte before writing.
+          prepare(saved, "prepare-live/" + round);
+          const double live = timed_on_every_rank("live/" + round, [&] { checkpoints.load(); });
+          PlainTimes plain;
+          barrier("plain/" + round);
+          if (world.rank() == 0) plain = plain_io(folder, world.size(), checkpoint_bytes, cold);
+          barrier("plain-done/" + round);
+          if (repeat == 0 || world.rank() != 0) continue;  // warm-up; rank 0 reports
+          const std::lock_guard lock(mutex);
+          save_seconds.values.push_back(save);
+          startup_load.values.push_back(startup);
+          dcp_load.values.push_back(dcp);
+          pair_ratio.values.push_back(dcp / startup);
+          live_load.values.push_back(live);
+          resident_before_loads.values.push_back(resident);
+          plain_write.values.push_back(plain.write);
+          plain_read.values.push_back(plain.read);
+          plain_read_all.values.push_back(plain.read_all);
+          if (report) {
+            choices.push_back(report->describe());
+            (report->replicated.read == cohort::ReplicatedRead::slice_then_gather ? gathered
+                                                                                  : read_all)++;
+          }
         }
-      }
-      // A live load: this Checkpointer has saved, so it checks every byte before writing.
-      prepare(saved, "prepare-live/" + round);
-      const double live = timed_on_every_rank("live/" + round, [&] { checkpoints.load(); });
-      PlainTimes plain;
-      barrier("plain/" + round);
-      if (world.rank() == 0) plain = plain_io(folder, world.size(), checkpoint_bytes, cold);
-      barrier("plain-done/" + round);
-      if (repeat == 0 || world.rank() != 0) continue;  // warm-up; rank 0 reports
-      const std::lock_guard lock(mutex);
-      save_seconds.values.push_back(save);
-      startup_load.values.push_back(startup);
-      dcp_load.values.push_back(dcp);
-      pair_ratio.values.push_back(dcp / startup);
-      live_load.values.push_back(live);
-      resident_before_loads.values.push_back(resident);
-      plain_write.values.push_back(plain.write);
-      plain_read.values.push_back(plain.read);
-      plain_read_all.values.push_back(plain.read_all);
-      if (report) {
-        choices.push_back(report->describe());
-        (report->replicated.read == cohort::ReplicatedRead::slice_then_gather ? gathered : read_all)++;
-      }
-    }
-    // The stall: `window` steps with nothing in flight, then save_async and `window` steps while
-    // the save is copied and written in the background, then the wait for it to finish (when it
-    // has not yet). The difference of the two is the time the save took from training.
-    for (int i = 0; i < steps; ++i) {
-      barrier("stall/" + std::to_string(i));
-      std::vector<double> plain_steps, saving_steps;
-      for (int s = 0; s < window; ++s) {
-        const auto start = Clock::now();
-        step();
-        plain_steps.push_back(seconds_since(start));
-      }
-      auto start = Clock::now();
-      checkpoints.save_async({1000 + i, 0, 0, ""});
-      const double call = seconds_since(start);
-      int finished_after = -1;  // steps after which the writer was done (rank 0's view)
-      for (int s = 0; s < window; ++s) {
-        const auto step_start = Clock::now();
-        step();
-        saving_steps.push_back(seconds_since(step_start));
-        if (finished_after < 0 && !checkpoints.save_in_flight()) finished_after = s + 1;
-      }
-      checkpoints.wait();
-      const double saving = seconds_since(start);
-      if (world.rank() == 0 && i > 0) {
-        double plain = 0;
-        for (const double seconds : plain_steps) plain += seconds;
-        const std::lock_guard lock(mutex);
-        step_plain.push_back(plain);
-        step_saving.push_back(saving);
-        save_call.push_back(call);
-        first_plain.push_back(median(plain_steps));
-        first_saving.push_back(saving_steps.front());
-        save_steps.push_back(finished_after < 0 ? window + 1 : finished_after);
-      }
-    }
-  }, world_options);
+        // The stall: `window` steps with nothing in flight, then save_async and `window` steps
+        // while the save is copied and written in the background, then the wait for it to finish
+        // (when it has not yet). The difference of the two is the time the save took from training.
+        for (int i = 0; i < steps; ++i) {
+          barrier("stall/" + std::to_string(i));
+          std::vector<double> plain_steps, saving_steps;
+          for (int s = 0; s < window; ++s) {
+            const auto start = Clock::now();
+            step();
+            plain_steps.push_back(seconds_since(start));
+          }
+          auto start = Clock::now();
+          checkpoints.save_async({1000 + i, 0, 0, ""});
+          const double call = seconds_since(start);
+          int finished_after = -1;  // steps after which the writer was done (rank 0's view)
+          for (int s = 0; s < window; ++s) {
+            const auto step_start = Clock::now();
+            step();
+            saving_steps.push_back(seconds_since(step_start));
+            if (finished_after < 0 && !checkpoints.save_in_flight()) finished_after = s + 1;
+          }
+          checkpoints.wait();
+          const double saving = seconds_since(start);
+          if (world.rank() == 0 && i > 0) {
+            double plain = 0;
+            for (const double seconds : plain_steps) plain += seconds;
+            const std::lock_guard lock(mutex);
+            step_plain.push_back(plain);
+            step_saving.push_back(saving);
+            save_call.push_back(call);
+            first_plain.push_back(median(plain_steps));
+            first_saving.push_back(saving_steps.front());
+            save_steps.push_back(finished_after < 0 ? window + 1 : finished_after);
+          }
+        }
+      },
+      world_options);
   std::filesystem::remove_all(folder);
 
   const double mib = static_cast<double>(checkpoint_bytes) / (1 << 20);
-  std::printf("checkpoint_bench: %d %s ranks, %zu f32 parameters + AdamW state, %.1f MiB of files in %s, "
-              "%d repeats after a warm-up\n",
-              ranks, gpu ? "GPU" : "host", elements, mib, folder.string().c_str(), repeats);
+  std::printf(
+      "checkpoint_bench: %d %s ranks, %zu f32 parameters + AdamW state, %.1f MiB of files in %s, "
+      "%d repeats after a warm-up\n",
+      ranks, gpu ? "GPU" : "host", elements, mib, folder.string().c_str(), repeats);
   if (cold) {
-    std::printf("reads from the disk (--cold): %s before each load; at most %.1f%% of the files' pages "
-                "were resident then\n",
-                drop_caches && dropped_globally ? "the whole page cache dropped" : "the files' pages dropped",
-                100.0 * resident_before_loads.max());
+    std::printf(
+        "reads from the disk (--cold): %s before each load; at most %.1f%% of the files' pages "
+        "were resident then\n",
+        drop_caches && dropped_globally ? "the whole page cache dropped"
+                                        : "the files' pages dropped",
+        100.0 * resident_before_loads.max());
   } else {
-    std::printf("reads from the page cache (warm): %.1f%% of the files' pages resident before the loads "
-                "(least)\n", 100.0 * resident_before_loads.min());
+    std::printf(
+        "reads from the page cache (warm): %.1f%% of the files' pages resident before the loads "
+        "(least)\n",
+        100.0 * resident_before_loads.min());
   }
   std::printf("%-46s %9s %19s %8s\n", "", "median s", "(min to max)", "MiB/s");
-  auto row = [&](const char* name, const Series& series, double bytes_mib, const std::string& tail) {
+  auto row = [&](const char* name, const Series& series, double bytes_mib,
+                 const std::string& tail) {
     std::printf("%-46s %9.4f (%7.4f to %7.4f) %8.0f %s\n", name, series.median(), series.min(),
                 series.max(), bytes_mib / series.median(), tail.c_str());
   };
   char text[160];
   row("plain write+fsync (one file per rank)", plain_write, mib, "");
-  std::snprintf(text, sizeof(text), "%.2fx of the plain write", plain_write.median() / save_seconds.median());
+  std::snprintf(text, sizeof(text), "%.2fx of the plain write",
+                plain_write.median() / save_seconds.median());
   row("checkpoint save", save_seconds, mib, text);
   row("DCP-style load (temporary + copy, unchecked)", dcp_load, mib, "");
   std::snprintf(text, sizeof(text), "%.2fx of DCP-style (ratio of medians)",
@@ -593,21 +624,26 @@ int main(int argc, char** argv) {
   row("live load (checked before anything is written)", live_load, mib, text);
   row("plain read (each rank its file)", plain_read, mib, "");
   row("plain read, all files by each rank", plain_read_all, mib, "");
-  std::printf("DCP-style reads %.1f MiB per rank\n", static_cast<double>(dcp_bytes_per_rank) / (1 << 20));
-  std::printf("start-up load's choice: slice then all-gather in %d of %d runs, read all in %d; the last:\n  %s\n",
-              gathered, gathered + read_all, read_all, choices.empty() ? "(none)" : choices.back().c_str());
+  std::printf("DCP-style reads %.1f MiB per rank\n",
+              static_cast<double>(dcp_bytes_per_rank) / (1 << 20));
+  std::printf(
+      "start-up load's choice: slice then all-gather in %d of %d runs, read all in %d; the last:\n "
+      " %s\n",
+      gathered, gathered + read_all, read_all, choices.empty() ? "(none)" : choices.back().c_str());
   if (!step_plain.empty()) {
     const double step_ms = 1e3 * median(first_plain);
     const double extra_ms = 1e3 * (median(step_saving) - median(step_plain));
     const double first_ms = 1e3 * (median(first_saving) - median(first_plain));
-    std::printf("training step %.3f ms (%.1f ms of it compute); the save_async call %.3f ms;\n"
-                "first step after save_async: +%.3f ms = %.1f%% of a step;\n"
-                "%d steps after save_async plus the wait for the save: +%.3f ms = %.1f%% of one step "
-                "(%.2f%% per step); the save was done after %.0f steps (medians)\n",
-                step_ms, compute_ms, 1e3 * median(save_call), first_ms, 100.0 * first_ms / step_ms, window,
-                extra_ms, 100.0 * extra_ms / step_ms, 100.0 * extra_ms / step_ms / window, median(save_steps));
+    std::printf(
+        "training step %.3f ms (%.1f ms of it compute); the save_async call %.3f ms;\n"
+        "first step after save_async: +%.3f ms = %.1f%% of a step;\n"
+        "%d steps after save_async plus the wait for the save: +%.3f ms = %.1f%% of one step "
+        "(%.2f%% per step); the save was done after %.0f steps (medians)\n",
+        step_ms, compute_ms, 1e3 * median(save_call), first_ms, 100.0 * first_ms / step_ms, window,
+        extra_ms, 100.0 * extra_ms / step_ms, 100.0 * extra_ms / step_ms / window,
+        median(save_steps));
   }
-  std::printf("%s; 1-minute load average %.2f before, %.2f after\n", cohort::bench::machine_line().c_str(),
-              load_before, load_average());
+  std::printf("%s; 1-minute load average %.2f before, %.2f after\n",
+              cohort::bench::machine_line().c_str(), load_before, load_average());
   return 0;
 }

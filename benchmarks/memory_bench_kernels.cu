@@ -1,8 +1,8 @@
 // The streaming kernel of memory_bench: y = a * x + y, 12 bytes moved per element.
 
 #include <cohort/core/detail/cuda_check.hpp>
-#include <cohort/core/device_span.hpp>
 #include <cohort/core/detail/cuda_launch.hpp>
+#include <cohort/core/device_span.hpp>
 
 #include <cuda_runtime.h>
 

@@ -465,8 +465,11 @@ int main(int argc, char** argv) {
                                                  "the PyTorch peer runs), not --precision ") +
                                          options.precision);
       }
-      const layers::MlpConfig mlp{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
-                                  .classes = 10, .dtype = cohort::DType::f32};
+      const layers::MlpConfig mlp{.inputs = 32,
+                                  .hidden = options.hidden,
+                                  .layers = options.layers,
+                                  .classes = 10,
+                                  .dtype = cohort::DType::f32};
       const nlohmann::json plan =
           layer_plan(setup.workload, mlp, setup.batch, math_mode(setup), kSgdLr);
       cli::write_file("--layers-json", layers_json, plan.dump(2) + "\n");

@@ -10,10 +10,10 @@
 #include <cohort/core/detail/cuda_check.hpp>
 #include <cohort/kernels/launch.hpp>
 
-#include <cub/block/block_reduce.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
+#include <cub/block/block_reduce.cuh>
 
 #include <array>
 #include <atomic>
@@ -29,11 +29,15 @@ constexpr std::size_t kVector = 4;  // elements per vector access
 
 // ---- conversions (CUDA's intrinsics; bit-identical to cohort::half and cohort::bfloat16) ----
 
-__device__ inline float to_float(float value) { return value; }
+__device__ inline float to_float(float value) {
+  return value;
+}
 __device__ inline float to_float(bfloat16 value) {
   return __bfloat162float(__ushort_as_bfloat16(value.bits));
 }
-__device__ inline float to_float(half value) { return __half2float(__ushort_as_half(value.bits)); }
+__device__ inline float to_float(half value) {
+  return __half2float(__ushort_as_half(value.bits));
+}
 
 template <typename T>
 __device__ inline T from_float(float value) {
@@ -68,8 +72,8 @@ __device__ inline void load4(const T* base, std::size_t index, float (&out)[kVec
 template <typename T>
 __device__ inline void store4(T* base, std::size_t index, const float (&values)[kVector]) {
   if constexpr (std::is_same_v<T, float>) {
-    *reinterpret_cast<float4*>(base + index) = make_float4(values[0], values[1], values[2],
-                                                           values[3]);
+    *reinterpret_cast<float4*>(base + index) =
+        make_float4(values[0], values[1], values[2], values[3]);
   } else {
     uint2 raw;
     raw.x = static_cast<unsigned>(from_float<T>(values[0]).bits) |
@@ -119,8 +123,8 @@ unsigned grid_for(std::size_t work_items) {
     slot.store(per_sm, std::memory_order_relaxed);
   }
   const std::size_t wanted = (work_items + kThreads - 1) / kThreads;
-  const auto limit = static_cast<std::size_t>(multiprocessor_count(device)) *
-                     static_cast<std::size_t>(per_sm);
+  const auto limit =
+      static_cast<std::size_t>(multiprocessor_count(device)) * static_cast<std::size_t>(per_sm);
   const std::size_t blocks = wanted < limit ? wanted : limit;
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }
@@ -132,8 +136,7 @@ unsigned grid_for(std::size_t work_items) {
 /// Launches `Kernel` on `grid` blocks of `block` threads on `stream`; throws CudaError naming
 /// `name`.
 template <auto Kernel, typename... Args>
-void launch(const char* name, unsigned grid, unsigned block, cudaStream_t stream,
-            Args&&... args) {
+void launch(const char* name, unsigned grid, unsigned block, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(block);
@@ -317,8 +320,8 @@ __global__ void __launch_bounds__(kThreads)
 
 namespace cuda {
 
-void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper,
-                    const StepScalars* scalars, void* stream) {
+void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper, const StepScalars* scalars,
+                    void* stream) {
   check_step_arrays(arrays, hyper);
   if (arrays.params.count() == 0) {
     return;
@@ -328,8 +331,7 @@ void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper,
     using Param = decltype(p);
     using Grad = decltype(g);
     if (hyper.rule == UpdateRule::adamw) {
-      launch_step<AdamWUpdate, Param, Grad>(arrays, AdamWUpdate{hyper.adamw}, scalars,
-                                            cuda_stream);
+      launch_step<AdamWUpdate, Param, Grad>(arrays, AdamWUpdate{hyper.adamw}, scalars, cuda_stream);
     } else {
       launch_step<SgdUpdate, Param, Grad>(arrays, SgdUpdate{hyper.sgd}, scalars, cuda_stream);
     }

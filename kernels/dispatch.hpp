@@ -27,10 +27,11 @@ void visit_step_types(DType param, DType grad, Fn&& fn) {
   } else if (param == DType::f16 && grad_f32) {
     fn(half{}, float{});
   } else {
-    COHORT_FAIL(InvalidArgument, "an optimizer step takes f32, bf16 or f16 params with grads of "
-                                 "the same dtype or f32, not " +
-                                     std::string(to_string(param)) + " params with " +
-                                     std::string(to_string(grad)) + " grads");
+    COHORT_FAIL(InvalidArgument,
+                "an optimizer step takes f32, bf16 or f16 params with grads of "
+                "the same dtype or f32, not " +
+                    std::string(to_string(param)) + " params with " + std::string(to_string(grad)) +
+                    " grads");
   }
 }
 
@@ -38,10 +39,17 @@ void visit_step_types(DType param, DType grad, Fn&& fn) {
 template <typename Fn>
 void visit_float_type(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::bf16: fn(bfloat16{}); return;
-    case DType::f16: fn(half{}); return;
-    default: break;
+    case DType::f32:
+      fn(float{});
+      return;
+    case DType::bf16:
+      fn(bfloat16{});
+      return;
+    case DType::f16:
+      fn(half{});
+      return;
+    default:
+      break;
   }
   COHORT_FAIL(InvalidArgument,
               "expected an f32, bf16 or f16 view, got " + std::string(to_string(dtype)));

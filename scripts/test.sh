@@ -16,6 +16,7 @@
 # and the TorchStore tests (about 2 minutes and 5.4 GB the first time; they skip where pip cannot);
 # the first test run waits for it.
 #
+# First, the format stage: every C++ file as .clang-format says (scripts/check-format.sh; seconds).
 # More stages (docs/reliability.md), each printing its time:
 # - fuzz, in CI (CI=true) or with COHORT_TEST_FUZZ=1: every libFuzzer target for
 #   COHORT_FUZZ_SECONDS (default 10) each, from its seed corpus; a crash fails the run.
@@ -63,6 +64,12 @@ run_ctest() {
   local scratch="$cohort_root/build/$1/test-tmp"
   rm -rf "$scratch" && mkdir -p "$scratch" || return 1
   (cd "$cohort_root" && TMPDIR="$scratch" ctest --preset "$@")
+}
+# Every C++ file formatted as .clang-format says (scripts/check-format.sh names the files that are
+# not, and how to fix them). Seconds.
+check_format() {
+  ensure_packages clang-format || return 1
+  bash "$cohort_root/scripts/check-format.sh"
 }
 run_preset() {
   echo "cohort: building and testing preset '$1'"
@@ -147,6 +154,7 @@ if [ $# -eq 0 ] && [ "$containers" = only ]; then
 elif [ $# -eq 0 ]; then
   start_torch
   [ "$containers" = 0 ] || start_container_base
+  run_stage "format" check_format
   if [ "$preset" != "host-only" ] && [ "${COHORT_TEST_HOST_ONLY:-1}" != "0" ]; then
     run_stage "host-only" run_preset host-only
     # The CUDA build runs the tests of the code it compiles differently (cuda_stage_labels in
@@ -159,7 +167,9 @@ elif [ $# -eq 0 ]; then
     run_stage "$preset" run_preset "$preset"
   fi
   if [ "$sanitizers" = asan ] || [ "$sanitizers" = 1 ]; then
-    run_stage "asan" run_preset asan
+    # Not the Python package: pip builds it without the sanitizer (its own CMake build), so the
+    # asan stage would only build and run the host-only stage's package tests again.
+    run_stage "asan" run_preset asan -LE '^python$'
   fi
   if [ "$sanitizers" = tsan ] || [ "$sanitizers" = 1 ]; then
     # ThreadSanitizer leaves out what docs/reliability.md lists under "TSan subset", with why.

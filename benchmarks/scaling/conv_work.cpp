@@ -22,7 +22,8 @@ ScratchSizes largest(const std::vector<std::optional<layers::ConvGeometry>>& geo
   return sizes;
 }
 
-std::vector<std::optional<layers::ConvGeometry>> batched(const layers::Workload& workload, int batch) {
+std::vector<std::optional<layers::ConvGeometry>> batched(const layers::Workload& workload,
+                                                         int batch) {
   COHORT_EXPECTS(batch > 0, "ConvWork needs a batch of at least one sample");
   std::vector<std::optional<layers::ConvGeometry>> geometry;
   for (const layers::WorkloadLayer& layer : workload.layers) {
@@ -70,7 +71,8 @@ cohort::TensorView ConvWork::scratch(cohort::Buffer& buffer, std::size_t count) 
   return cohort::TensorView(buffer.data(), count, dtype_, ops_.math().device());
 }
 
-void ConvWork::forward(std::size_t layer, const cohort::DataParallel& dp, cohort::ParamHandle filter) {
+void ConvWork::forward(std::size_t layer, const cohort::DataParallel& dp,
+                       cohort::ParamHandle filter) {
   const layers::ConvGeometry& g = geometry_.at(layer).value();
   if (!filled_[layer]) {
     // Every rank writes the same values (the seed is the layer's), before the first use.
@@ -83,10 +85,11 @@ void ConvWork::forward(std::size_t layer, const cohort::DataParallel& dp, cohort
                     scratch(output_, g.output().count()));
 }
 
-void ConvWork::backward(std::size_t layer, const cohort::DataParallel& dp, cohort::ParamHandle filter) {
+void ConvWork::backward(std::size_t layer, const cohort::DataParallel& dp,
+                        cohort::ParamHandle filter) {
   const layers::ConvGeometry& g = geometry_.at(layer).value();
-  ops_.conv_backward_filter(g, scratch(input_, g.input.count()), scratch(output_, g.output().count()),
-                            dp.grad(filter));
+  ops_.conv_backward_filter(g, scratch(input_, g.input.count()),
+                            scratch(output_, g.output().count()), dp.grad(filter));
   ops_.conv_backward_data(g, scratch(output_, g.output().count()), dp.param(filter),
                           scratch(input_grad_, g.input.count()));
 }

@@ -54,8 +54,11 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
 
   cohort::ParamRegistry registry;
   std::unique_ptr<layers::Mlp> mlp;
-  const layers::MlpConfig mlp_config{.inputs = 32, .hidden = options.hidden, .layers = options.layers,
-                                     .classes = 10, .dtype = setup.grad_dtype};
+  const layers::MlpConfig mlp_config{.inputs = 32,
+                                     .hidden = options.hidden,
+                                     .layers = options.layers,
+                                     .classes = 10,
+                                     .dtype = setup.grad_dtype};
   if (real_mlp) {
     mlp = std::make_unique<layers::Mlp>(mlp_config, registry);
   } else {
@@ -118,7 +121,8 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
   std::size_t last_unit_layer = 0;
   for (const layers::WorkloadLayer& layer : setup.workload.layers) {
     std::vector<cohort::ParamHandle> handles;
-    for (const layers::WorkloadParam& param : layer.params) handles.push_back(registry.find(param.name));
+    for (const layers::WorkloadParam& param : layer.params)
+      handles.push_back(registry.find(param.name));
     layer_units.emplace_back();
     if (!handles.empty() && !real_mlp) {
       layer_units.back() = cohort::UnitHandle{registry.unit_index_of(handles.front())};
@@ -148,18 +152,23 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
       // must run the same number, so the budget is agreed too (the max of its negation: the
       // smallest of the ranks' clocks' budgets).
       float agreed[2] = {static_cast<float>(last_step_s), -static_cast<float>(budget_per_count_s)};
-      dp.comm().all_reduce(cohort::TensorView::of(agreed, 2, cohort::Device::host()),
-                           cohort::ReduceOp::max, stream).wait();
+      dp.comm()
+          .all_reduce(cohort::TensorView::of(agreed, 2, cohort::Device::host()),
+                      cohort::ReduceOp::max, stream)
+          .wait();
       stream.synchronize();
       const float slowest = agreed[0];
       budget_per_count_s = -static_cast<double>(agreed[1]);
-      const int fit = slowest > 0.0f ? static_cast<int>(budget_per_count_s / static_cast<double>(slowest))
-                                      : options.steps;
+      const int fit = slowest > 0.0f
+                          ? static_cast<int>(budget_per_count_s / static_cast<double>(slowest))
+                          : options.steps;
       timed = std::clamp(fit, std::min(3, options.steps), options.steps);
       if (progress != nullptr) progress->total = options.warmup + timed;
       if (world.rank() == 0) {
-        std::fprintf(stderr, "scaling_bench: %d ranks: a warm-up step took %.2f s; %d timed steps, "
-                     "about %.0f s\n", world.size(), static_cast<double>(slowest), timed,
+        std::fprintf(stderr,
+                     "scaling_bench: %d ranks: a warm-up step took %.2f s; %d timed steps, "
+                     "about %.0f s\n",
+                     world.size(), static_cast<double>(slowest), timed,
                      timed * static_cast<double>(slowest));
       }
     }
@@ -231,11 +240,16 @@ RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_
 }
 
 nlohmann::json to_json(const RankSamples& samples) {
-  return {{"step_ms", samples.step_ms},         {"compute_ms", samples.compute_ms},
-          {"issue_ms", samples.issue_ms},       {"wait_ms", samples.wait_ms},
-          {"optimizer_ms", samples.optimizer_ms}, {"outside_ms", samples.outside_ms},
-          {"comm_ms", samples.comm_ms},         {"exposed_ms", samples.exposed_ms},
-          {"bytes", samples.bytes},             {"collectives", samples.collectives},
+  return {{"step_ms", samples.step_ms},
+          {"compute_ms", samples.compute_ms},
+          {"issue_ms", samples.issue_ms},
+          {"wait_ms", samples.wait_ms},
+          {"optimizer_ms", samples.optimizer_ms},
+          {"outside_ms", samples.outside_ms},
+          {"comm_ms", samples.comm_ms},
+          {"exposed_ms", samples.exposed_ms},
+          {"bytes", samples.bytes},
+          {"collectives", samples.collectives},
           {"buckets", layers::bucket_json(samples.buckets)}};
 }
 

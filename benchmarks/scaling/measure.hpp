@@ -21,9 +21,9 @@ namespace scaling {
 /// Where the run is, for the progress lines (written by the measuring rank 0, read by the
 /// thread that prints them).
 struct Progress {
-  std::atomic<int> ranks{0};     ///< the rank count being measured
-  std::atomic<int> step{0};      ///< steps done at it, warm-up included
-  std::atomic<int> total{0};     ///< steps planned at it, warm-up included
+  std::atomic<int> ranks{0};        ///< the rank count being measured
+  std::atomic<int> step{0};         ///< steps done at it, warm-up included
+  std::atomic<int> total{0};        ///< steps planned at it, warm-up included
   std::atomic<double> step_s{0.0};  ///< the last step's time
 };
 
@@ -41,7 +41,8 @@ cohort::ParamRegistry registry_of(const layers::Workload& workload,
 
 /// Runs the workload on `world` and returns this rank's samples. With `setup.budgeted`, the ranks
 /// agree after the warm-up on as many timed steps as fit `budget_per_count_s` (3 at least,
-/// `steps` at most; the smallest of the ranks' values counts). `progress` (rank 0's, or null) follows the steps.
+/// `steps` at most; the smallest of the ranks' values counts). `progress` (rank 0's, or null)
+/// follows the steps.
 RankSamples measure(cohort::World& world, const Setup& setup, double budget_per_count_s,
                     Progress* progress);
 

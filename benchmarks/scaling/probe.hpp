@@ -14,8 +14,8 @@ namespace scaling {
 
 /// Times all-reduces of each size (bytes of f32) on `world.comm()`: after one warm-up, `reps`
 /// runs of 4 issued back to back (nccl-tests' way), the sizes taking turns within each
-/// repetition; every rank takes part. Returns the slowest rank's median per size and the least-squares
-/// fit ms = alpha + bytes x ms_per_byte.
+/// repetition; every rank takes part. Returns the slowest rank's median per size and the
+/// least-squares fit ms = alpha + bytes x ms_per_byte.
 LinkProbe probe_link(cohort::World& world, std::vector<std::size_t> sizes, int reps);
 
 }  // namespace scaling

@@ -106,7 +106,7 @@ std::string compute_words(const Setup& setup, bool gpu) {
     how = std::string(gpu ? "convolutions at the model's shapes, cuDNN "
                           : "convolutions at the "
                             "model's shapes, im2col + OpenBLAS ") +
-          (setup.grad_dtype == cohort::DType::bf16 ? "BF16"
+          (setup.grad_dtype == cohort::DType::bf16     ? "BF16"
            : gpu && setup.precision == Precision::tf32 ? "TF32"
                                                        : "FP32 (no TF32)") +
           "; other layers " + GemmWork::describe(setup.precision, gpu) +
@@ -161,9 +161,10 @@ void print_report(const Setup& setup, const Report& report) {
               machine_line().c_str());
   std::printf("# compute: %s\n", compute_words(setup, gpu).c_str());
   if (o.zero != 0) {
-    std::printf("# ZeRO-%d: gradients reduce-scattered%s; no model check or projection, which "
-                "model plain data parallel's all-reduces\n",
-                o.zero, o.zero == 3 ? ", each layer a unit gathered before use" : "");
+    std::printf(
+        "# ZeRO-%d: gradients reduce-scattered%s; no model check or projection, which "
+        "model plain data parallel's all-reduces\n",
+        o.zero, o.zero == 3 ? ", each layer a unit gathered before use" : "");
   }
   std::string timed;
   for (const Row& r : rows) timed += (timed.empty() ? "" : ", ") + std::to_string(r.steps);

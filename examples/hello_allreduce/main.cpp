@@ -47,19 +47,18 @@ int main() {
         return;
       }
 #if COHORT_WITH_CUDA
-      COHORT_CHECK(cudaMemcpyAsync(to, from, kCount * sizeof(float),
-                                   to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                   static_cast<cudaStream_t>(stream.native_handle())) ==
-                       cudaSuccess,
-                   cohort::CudaError, "cudaMemcpyAsync failed");
+      COHORT_CHECK(
+          cudaMemcpyAsync(to, from, kCount * sizeof(float),
+                          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                          static_cast<cudaStream_t>(stream.native_handle())) == cudaSuccess,
+          cohort::CudaError, "cudaMemcpyAsync failed");
 #else
       (void)to_device;
 #endif
     };
     copy(buffer.data(), host.data(), true);
-    world.comm().all_reduce(
-        cohort::TensorView(buffer.data(), kCount, cohort::DType::f32, device),
-        cohort::ReduceOp::sum, stream);
+    world.comm().all_reduce(cohort::TensorView(buffer.data(), kCount, cohort::DType::f32, device),
+                            cohort::ReduceOp::sum, stream);
     copy(host.data(), buffer.data(), false);
     stream.synchronize();
 
@@ -69,9 +68,10 @@ int main() {
     for (float value : host) {
       wrong += value != expected ? 1 : 0;
     }
-    std::printf("%s: all_reduce of %zu floats gave %g everywhere%s (expected 0 + 1 + ... + %d = %g)\n",
-                world.describe().c_str(), kCount, static_cast<double>(host[0]),
-                wrong == 0 ? "" : " -- WRONG", n - 1, static_cast<double>(expected));
+    std::printf(
+        "%s: all_reduce of %zu floats gave %g everywhere%s (expected 0 + 1 + ... + %d = %g)\n",
+        world.describe().c_str(), kCount, static_cast<double>(host[0]),
+        wrong == 0 ? "" : " -- WRONG", n - 1, static_cast<double>(expected));
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "hello_allreduce: %s\n", error.what());

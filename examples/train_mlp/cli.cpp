@@ -26,9 +26,9 @@ int run_cli(int argc, char** argv, Model model) {
   int ranks = 0;
   bool host = false;
   CLI::App app{model == Model::cnn ? "train_cnn: a ResNet-style CNN trained data-parallel with "
-                                      "cohort on generated images"
-                                    : "train_mlp: an MLP classifier trained data-parallel with "
-                                      "cohort on a mixture of Gaussians",
+                                     "cohort on generated images"
+                                   : "train_mlp: an MLP classifier trained data-parallel with "
+                                     "cohort on a mixture of Gaussians",
                name};
   cli::conventions(app);
   app.add_option("--steps", options.steps, "training steps")->check(cli::whole(1, 1e9));
@@ -89,7 +89,8 @@ int run_cli(int argc, char** argv, Model model) {
       ->check(cli::whole(0, 1e9));
   app.add_option("--keep-checkpoints", options.keep_checkpoints, "checkpoints to keep")
       ->check(cli::whole(1, 1e6));
-  app.add_option("--ranks", ranks, "run this many ranks as threads (when not started by a launcher)")
+  app.add_option("--ranks", ranks,
+                 "run this many ranks as threads (when not started by a launcher)")
       ->check(cli::whole(1, 1024));
   app.add_flag("--host", host, "use host ranks (Gloo) even where there are GPUs");
   if (const std::optional<int> status = cli::parse(app, argc, argv)) return *status;
@@ -130,10 +131,13 @@ int run_cli(int argc, char** argv, Model model) {
     cohort::WorldOptions world_options;
     if (host) world_options.backend = cohort::BackendChoice::host;
     if (ranks > 0) {
-      cohort::run_local(ranks, [&](cohort::World& world) {
-        TrainResult mine = train(world, options, stdout);
-        if (world.rank() == 0) result = std::move(mine);
-      }, world_options);
+      cohort::run_local(
+          ranks,
+          [&](cohort::World& world) {
+            TrainResult mine = train(world, options, stdout);
+            if (world.rank() == 0) result = std::move(mine);
+          },
+          world_options);
     } else {
       cohort::World world = cohort::init(world_options);
       result = train(world, options, stdout);

@@ -35,14 +35,20 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
   cohort::ParamRegistry registry;  // registering shapes allocates nothing
   MemoryPlan plan;
   if (options.model == Model::mlp) {
-    plan.parameters = layers::Mlp({.inputs = kFeatures, .hidden = options.hidden,
-                                   .layers = options.layers, .classes = kClasses, .dtype = dtype},
+    plan.parameters = layers::Mlp({.inputs = kFeatures,
+                                   .hidden = options.hidden,
+                                   .layers = options.layers,
+                                   .classes = kClasses,
+                                   .dtype = dtype},
                                   registry)
                           .parameter_count();
   } else {
-    plan.parameters = layers::Cnn({.image_size = kImageSize, .channels = 1, .width = options.width,
+    plan.parameters = layers::Cnn({.image_size = kImageSize,
+                                   .channels = 1,
+                                   .width = options.width,
                                    .classes = layers::ShapeImages::kClasses,
-                                   .bn_group = kBatchNormGroup, .layout = layers::Layout::nhwc,
+                                   .bn_group = kBatchNormGroup,
+                                   .layout = layers::Layout::nhwc,
                                    .dtype = dtype},
                                   registry)
                           .parameter_count();
@@ -108,13 +114,14 @@ void check_memory_plan(const TrainOptions& options, int world_size, cohort::Devi
               " would need " + cohort::format_bytes(alternative.total()) + " (" +
               (fits ? "fits" : "does not fit") + ")";
   }
-  advice = "Per rank, " + advice + ". Use a stage that fits, more ranks, or a smaller model or "
+  advice = "Per rank, " + advice +
+           ". Use a stage that fits, more ranks, or a smaller model or "
            "batch.";
-  const std::string what =
-      std::string(program_name(options.model)) + " (" + std::to_string(plan.parameters) +
-      " parameters, ZeRO stage " + std::to_string(options.zero) + ": " +
-      cohort::format_bytes(plan.library) + " in cohort and " + cohort::format_bytes(plan.example) +
-      " of the example's own per rank)";
+  const std::string what = std::string(program_name(options.model)) + " (" +
+                           std::to_string(plan.parameters) + " parameters, ZeRO stage " +
+                           std::to_string(options.zero) + ": " +
+                           cohort::format_bytes(plan.library) + " in cohort and " +
+                           cohort::format_bytes(plan.example) + " of the example's own per rank)";
   cohort::check_memory_fits(available, device, plan.total(), ranks_here, what, advice);
 }
 

@@ -4,8 +4,8 @@
 #include <layers/bucket_json.hpp>
 #include <layers/cnn.hpp>
 #include <layers/dataset.hpp>
-#include <layers/images.hpp>
 #include <layers/host_blas.hpp>
+#include <layers/images.hpp>
 #include <layers/math.hpp>
 #include <layers/mlp.hpp>
 
@@ -42,8 +42,8 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
     sgd.lr = options.lr > 0.0f ? options.lr : 0.05f;
     sgd.momentum = 0.9f;
     if (options.zero == 1) {
-      return std::make_unique<cohort::ShardedOptimizer>(
-          target, sgd, cohort::sharded_options_of(dp));
+      return std::make_unique<cohort::ShardedOptimizer>(target, sgd,
+                                                        cohort::sharded_options_of(dp));
     }
     return std::make_unique<cohort::Sgd>(target, sgd);
   }
@@ -53,8 +53,8 @@ std::unique_ptr<cohort::Optimizer> make_optimizer(const TrainOptions& options,
   adamw.lr = options.lr > 0.0f ? options.lr : 2e-3f;
   adamw.weight_decay = 1e-4f;
   if (options.zero == 1) {
-    return std::make_unique<cohort::ShardedOptimizer>(
-        target, adamw, cohort::sharded_options_of(dp));
+    return std::make_unique<cohort::ShardedOptimizer>(target, adamw,
+                                                      cohort::sharded_options_of(dp));
   }
   return std::make_unique<cohort::AdamW>(target, adamw);
 }
@@ -71,7 +71,8 @@ std::pair<double, double> reduce_stats(cohort::DataParallel& dp, layers::Math& m
 
 /// `count` elements of type T at the start of `buffer`, on the math's device.
 template <typename T>
-cohort::TensorView view_of(const cohort::Buffer& buffer, std::size_t count, const layers::Math& math) {
+cohort::TensorView view_of(const cohort::Buffer& buffer, std::size_t count,
+                           const layers::Math& math) {
   return cohort::TensorView::of(static_cast<T*>(const_cast<void*>(buffer.data())), count,
                                 math.device());
 }
@@ -119,12 +120,17 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   const cohort::Buffer test_x_dev = upload(test_x), test_y_dev = upload(test_y);
   cohort::DistributedSampler sampler(
       {.dataset_size = static_cast<std::uint64_t>(options.train_samples),
-       .batch_per_rank = static_cast<std::uint32_t>(local_batch), .rank = rank, .world_size = ranks,
-       .seed = options.seed, .last_batch = cohort::LastBatch::drop, .resource = nullptr},
+       .batch_per_rank = static_cast<std::uint32_t>(local_batch),
+       .rank = rank,
+       .world_size = ranks,
+       .seed = options.seed,
+       .last_batch = cohort::LastBatch::drop,
+       .resource = nullptr},
       stream);
-  cohort::Buffer batch_x =
-      math.allocate_floats(static_cast<std::size_t>(local_batch) * static_cast<std::size_t>(sample_floats));
-  cohort::Buffer batch_y = math.allocate_bytes(static_cast<std::size_t>(local_batch) * sizeof(std::int32_t));
+  cohort::Buffer batch_x = math.allocate_floats(static_cast<std::size_t>(local_batch) *
+                                                static_cast<std::size_t>(sample_floats));
+  cohort::Buffer batch_y =
+      math.allocate_bytes(static_cast<std::size_t>(local_batch) * sizeof(std::int32_t));
 
   cohort::DataParallelOptions dp_options;
   dp_options.bucket_bytes = options.bucket_bytes;
@@ -161,9 +167,9 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                  "%s: %d ranks (%s, %s), %zu parameters (%s, %s), global "
                  "batch %d (%d per rank), %s%s, %d steps\n",
                  program_name(options.model), ranks, result.backend.c_str(), result.device.c_str(),
-                 result.parameters, description.c_str(), options.precision.c_str(), options.global_batch,
-                 local_batch, options.optimizer.c_str(), zero_label(options.zero),
-                 options.steps);
+                 result.parameters, description.c_str(), options.precision.c_str(),
+                 options.global_batch, local_batch, options.optimizer.c_str(),
+                 zero_label(options.zero), options.steps);
     std::fprintf(log, "%s: buckets %s\n", program_name(options.model),
                  result.buckets.describe().c_str());
     if (!result.host_gemm.empty()) {
@@ -189,9 +195,9 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                                   .fallback = true});
     preemption = std::make_unique<cohort::PreemptionWatch>(world, stream);
     if (const std::optional<cohort::TrainingState> loaded = checkpoints->load()) {
-      COHORT_EXPECTS(loaded->user_blob == blob,
-                     "the checkpoint in " + options.checkpoint_dir + " was saved with " +
-                         loaded->user_blob + ", not --seed " + std::to_string(options.seed));
+      COHORT_EXPECTS(loaded->user_blob == blob, "the checkpoint in " + options.checkpoint_dir +
+                                                    " was saved with " + loaded->user_blob +
+                                                    ", not --seed " + std::to_string(options.seed));
       first_step = static_cast<int>(loaded->step);
       result.resumed_from = first_step;
       loaded->seek(sampler);
@@ -222,8 +228,8 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
                    view_of<std::int32_t>(batch_y, batch.size, math));
     math.zero(stats.data(), 2 * sizeof(double));
     model.forward(static_cast<const float*>(batch_x.data()), local_batch);
-    model.loss_and_backward(static_cast<const std::int32_t*>(batch_y.data()),
-                            local_batch, 1.0f / static_cast<float>(local_batch),
+    model.loss_and_backward(static_cast<const std::int32_t*>(batch_y.data()), local_batch,
+                            1.0f / static_cast<float>(local_batch),
                             static_cast<double*>(stats.data()), &dp);
     dp.sync_grads();
     optimizer->step();
@@ -277,8 +283,9 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   const auto test_rows = static_cast<int>(test_y.size());
   for (int first = 0; first < test_rows; first += kEvalBatch) {
     const int rows = std::min(kEvalBatch, test_rows - first);
-    model.forward(static_cast<const float*>(test_x_dev.data()) + static_cast<std::size_t>(first) * features,
-                  rows);
+    model.forward(
+        static_cast<const float*>(test_x_dev.data()) + static_cast<std::size_t>(first) * features,
+        rows);
     model.loss_and_backward(static_cast<const std::int32_t*>(test_y_dev.data()) + first, rows, 0.0f,
                             static_cast<double*>(stats.data()), nullptr);
   }
@@ -299,7 +306,8 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
       result.param_checksum += static_cast<double>(value);
       result.param_abs_sum += std::abs(static_cast<double>(value));
     }
-    if (options.keep_params) result.params.insert(result.params.end(), values.begin(), values.end());
+    if (options.keep_params)
+      result.params.insert(result.params.end(), values.begin(), values.end());
   };
   if constexpr (requires { model.visit_parameters(add); }) {
     model.visit_parameters(add);
@@ -309,12 +317,13 @@ TrainResult run(cohort::World& world, const TrainOptions& options, std::FILE* lo
   if (log != nullptr) {
     std::fprintf(log, "%s: %s\n", program_name(options.model),
                  describe_memory(result.memory).c_str());
-    std::fprintf(log,
-                 "%s: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
-                 "samples/s, param checksum %.6f; gradient all-reduce %.3f ms/step, exposed %.3f ms\n",
-                 program_name(options.model), result.final_loss, result.test_accuracy,
-                 options.test_samples, result.seconds,
-                 result.samples_per_second, result.param_checksum, result.comm_ms, result.exposed_ms);
+    std::fprintf(
+        log,
+        "%s: final loss %.4f, test accuracy %.4f (%d samples), %.1f s, %.0f "
+        "samples/s, param checksum %.6f; gradient all-reduce %.3f ms/step, exposed %.3f ms\n",
+        program_name(options.model), result.final_loss, result.test_accuracy, options.test_samples,
+        result.seconds, result.samples_per_second, result.param_checksum, result.comm_ms,
+        result.exposed_ms);
     std::fflush(log);
   }
   return result;
@@ -353,27 +362,38 @@ TrainResult train(cohort::World& world, const TrainOptions& options, std::FILE* 
   COHORT_EXPECTS(options.train_samples >= options.global_batch && options.test_samples >= ranks,
                  "the training set must hold a global batch and the test set a row per rank");
   if (log != nullptr && rank != 0) log = nullptr;
-  const cohort::DType dtype = options.precision == "bf16" ? cohort::DType::bf16 : cohort::DType::f32;
+  const cohort::DType dtype =
+      options.precision == "bf16" ? cohort::DType::bf16 : cohort::DType::f32;
   const cohort::Stream stream = cohort::Stream::create(world.device());
   layers::Math math(stream);
   cohort::ParamRegistry registry;
   if (options.model == Model::mlp) {
-    const Splits splits = make_splits(
-        layers::GaussianMixture({.features = kFeatures, .classes = kClasses,
-                                 .clusters_per_class = 4, .centre_spread = 1.0f, .noise = 1.0f,
-                                 .seed = options.seed}),
-        kFeatures, options, rank, ranks);
-    layers::Mlp model({.inputs = kFeatures, .hidden = options.hidden, .layers = options.layers,
-                       .classes = kClasses, .dtype = dtype},
+    const Splits splits = make_splits(layers::GaussianMixture({.features = kFeatures,
+                                                               .classes = kClasses,
+                                                               .clusters_per_class = 4,
+                                                               .centre_spread = 1.0f,
+                                                               .noise = 1.0f,
+                                                               .seed = options.seed}),
+                                      kFeatures, options, rank, ranks);
+    layers::Mlp model({.inputs = kFeatures,
+                       .hidden = options.hidden,
+                       .layers = options.layers,
+                       .classes = kClasses,
+                       .dtype = dtype},
                       registry);
-    return run(world, options, log, splits, model, registry, math,
-               std::to_string(options.layers) + " layers, hidden " + std::to_string(options.hidden));
+    return run(
+        world, options, log, splits, model, registry, math,
+        std::to_string(options.layers) + " layers, hidden " + std::to_string(options.hidden));
   }
   const layers::ShapeImages images({.size = kImageSize, .noise = 0.3f, .seed = options.seed});
   const Splits splits = make_splits(images, images.pixels(), options, rank, ranks);
-  layers::Cnn model({.image_size = kImageSize, .channels = 1, .width = options.width,
-                     .classes = layers::ShapeImages::kClasses, .bn_group = kBatchNormGroup,
-                     .layout = layers::Layout::nhwc, .dtype = dtype},
+  layers::Cnn model({.image_size = kImageSize,
+                     .channels = 1,
+                     .width = options.width,
+                     .classes = layers::ShapeImages::kClasses,
+                     .bn_group = kBatchNormGroup,
+                     .layout = layers::Layout::nhwc,
+                     .dtype = dtype},
                     registry);
   COHORT_EXPECTS((options.global_batch / ranks) % kBatchNormGroup == 0,
                  "--global-batch " + std::to_string(options.global_batch) + " over " +
@@ -403,13 +423,18 @@ nlohmann::json to_json(const TrainResult& result, const TrainOptions& options) {
   out["host_gemm"] = result.host_gemm;
   out["memory"] = result.memory;
   out["model"] = options.model == Model::cnn ? "cnn" : "mlp";
-  out["options"] = {{"global_batch", options.global_batch}, {"seed", options.seed},
+  out["options"] = {{"global_batch", options.global_batch},
+                    {"seed", options.seed},
                     {"warmup_steps", options.warmup_steps},
-                    {"hidden", options.hidden},             {"layers", options.layers},
+                    {"hidden", options.hidden},
+                    {"layers", options.layers},
                     {"width", options.width},
-                    {"optimizer", options.optimizer},       {"lr", options.lr},
-                    {"zero", options.zero},               {"precision", options.precision},
-                    {"train_samples", options.train_samples}, {"test_samples", options.test_samples}};
+                    {"optimizer", options.optimizer},
+                    {"lr", options.lr},
+                    {"zero", options.zero},
+                    {"precision", options.precision},
+                    {"train_samples", options.train_samples},
+                    {"test_samples", options.test_samples}};
   return out;
 }
 

@@ -31,18 +31,19 @@ enum class Model : std::uint8_t { mlp, cnn };
 struct TrainOptions {
   Model model = Model::mlp;
   int steps = 300;
-  int warmup_steps = 0;      ///< the first steps, left out of the timing (samples/s)
+  int warmup_steps = 0;    ///< the first steps, left out of the timing (samples/s)
   int global_batch = 256;  ///< split evenly over the ranks: a multiple of the world size
   std::uint64_t seed = 1;
   int hidden = 256;
-  int layers = 3;            ///< linear layers
-  int width = 8;             ///< the CNN's channels (2 x width after the stride-2 convolution)
+  int layers = 3;  ///< linear layers
+  int width = 8;   ///< the CNN's channels (2 x width after the stride-2 convolution)
   std::string optimizer = "adamw";  ///< sgd (momentum 0.9) or adamw
-  float lr = 0.0f;           ///< 0: 0.05 for sgd, 0.002 for adamw
+  float lr = 0.0f;                  ///< 0: 0.05 for sgd, 0.002 for adamw
   /// ZeRO stage: 0 plain data parallel, 1 reduce-scattered gradients and sharded optimizer state.
   int zero = 0;
-  std::string precision = "f32";  ///< f32, or bf16 parameters and gradients (f32 math and master weights)
-  int log_every = 50;        ///< progress line every this many steps (0: none)
+  std::string precision =
+      "f32";           ///< f32, or bf16 parameters and gradients (f32 math and master weights)
+  int log_every = 50;  ///< progress line every this many steps (0: none)
   int train_samples = 32768;
   int test_samples = 8192;
   /// Bucket caps: kAutoBucketBytes (0, the default) takes all three from the measured link
@@ -81,21 +82,20 @@ struct TrainResult {
   double final_loss = 0.0;            ///< mean loss of the last step's global batch
   double final_train_accuracy = 0.0;  ///< accuracy on the last step's global batch
   double test_accuracy = 0.0;
-  double param_checksum = 0.0;        ///< sum of every parameter, as a double
-  double param_abs_sum = 0.0;         ///< sum of |parameter|, the checksum's scale
+  double param_checksum = 0.0;  ///< sum of every parameter, as a double
+  double param_abs_sum = 0.0;   ///< sum of |parameter|, the checksum's scale
   std::size_t parameters = 0;
-  double seconds = 0.0;               ///< the timed steps (after the warm-up), wall clock
+  double seconds = 0.0;  ///< the timed steps (after the warm-up), wall clock
   double samples_per_second = 0.0;
-  double comm_ms = 0.0;     ///< gradient all-reduce time per step (sampled at progress lines)
-  double exposed_ms = 0.0;  ///< of which not hidden behind backward
+  double comm_ms = 0.0;          ///< gradient all-reduce time per step (sampled at progress lines)
+  double exposed_ms = 0.0;       ///< of which not hidden behind backward
   cohort::BucketSizing buckets;  ///< the caps the gradients were bucketed with, and why
-  std::string host_gemm;  ///< on host ranks, the GEMM library, kernels and threads (else empty)
+  std::string host_gemm;      ///< on host ranks, the GEMM library, kernels and threads (else empty)
   std::vector<float> params;  ///< every parameter in f32, registration order (keep_params)
   int resumed_from = 0;       ///< the step the run resumed at (0: a fresh start)
   bool preempted = false;     ///< stopped early by a signal, after saving a checkpoint
   nlohmann::json memory;      ///< bytes per parameter by category (memory_plan.hpp)
 };
-
 
 /// Trains on this rank's shard of every global batch. Collective: every rank of `world` calls it
 /// with the same options. Rank 0 writes progress lines to `log` (null: none). Every rank returns

@@ -27,8 +27,8 @@ namespace {
 /// UnloadableCheckpoint: what the checkpoint holds does not fit this program, and never will.
 [[noreturn]] void fail(const std::filesystem::path& where, const std::string& what,
                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  detail::throw_error<UnloadableCheckpoint>("checkpoint " + where.string() + ": " + what,
-                                            file, line);
+  detail::throw_error<UnloadableCheckpoint>("checkpoint " + where.string() + ": " + what, file,
+                                            line);
 }
 
 /// What to do about the checkpoint `latest` that can never load, where `fallback` is off and

@@ -211,7 +211,7 @@ struct Checkpointer::Impl {
   LossScaler* scaler;
   CheckpointOptions options;
   std::vector<detail::CheckpointArray> arrays;
-  std::unique_ptr<Store> store;                 ///< this rank's own connection (the writer uses it)
+  std::unique_ptr<Store> store;  ///< this rank's own connection (the writer uses it)
   std::string keys;  ///< key_prefix(): the directory's and this Checkpointer's (its n-th)
   std::unique_ptr<detail::Snapshot> host_copy;  ///< the one staging area, reused
   std::thread writer;

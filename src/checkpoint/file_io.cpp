@@ -20,8 +20,7 @@ namespace {
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int error,
                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   detail::throw_error<CheckpointError>(
-      "checkpoint file " + path.string() + ": " + what + ": " + std::strerror(error),
-      file, line);
+      "checkpoint file " + path.string() + ": " + what + ": " + std::strerror(error), file, line);
 }
 
 /// Closes a file descriptor when it goes out of scope.
@@ -80,7 +79,8 @@ int write_all(int fd, const unsigned char* next, std::size_t bytes) {
 /// Turns O_DIRECT off on `fd` (the remaining writes go through the page cache).
 void stop_direct(int fd, const std::filesystem::path& path) {
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0) fail(path, "cannot clear O_DIRECT", errno);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0)
+    fail(path, "cannot clear O_DIRECT", errno);
 }
 
 }  // namespace
@@ -111,7 +111,8 @@ void write_file_durably(const std::filesystem::path& path, std::size_t bytes, bo
       // from this chunk (a failed direct write leaves the position where it was).
       stop_direct(fd.get(), path);
       direct = false;
-      if (::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) fail(path, "cannot seek", errno);
+      if (::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0)
+        fail(path, "cannot seek", errno);
       error = write_all(fd.get(), chunk, size);
     }
     if (error != 0) fail(path, "cannot write", error);
@@ -164,7 +165,8 @@ std::uint64_t read_file_range(const std::filesystem::path& path, std::uint64_t o
   Checksum checksum;
   auto* next = static_cast<unsigned char*>(data);
   while (bytes > 0) {
-    const ssize_t count = ::pread(fd.get(), next, std::min(bytes, kChunk), static_cast<off_t>(offset));
+    const ssize_t count =
+        ::pread(fd.get(), next, std::min(bytes, kChunk), static_cast<off_t>(offset));
     if (count < 0) {
       if (errno == EINTR) continue;
       fail(path, "cannot read", errno);

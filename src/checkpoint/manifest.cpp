@@ -16,8 +16,8 @@ namespace {
 using Json = nlohmann::json;
 
 /// Throws "malformed checkpoint manifest: <what>", with the caller's file and line.
-[[noreturn]] void fail(const std::string& what,
-                       const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+[[noreturn]] void fail(const std::string& what, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
   detail::throw_error<CheckpointError>("malformed checkpoint manifest: " + what, file, line);
 }
 
@@ -38,7 +38,8 @@ std::int64_t signed_field(const Json& object, const char* name, const std::strin
   const Json& value = field(object, name, where);
   if (!value.is_number_integer()) fail(where + "." + name + " is not an integer");
   if (value.is_number_unsigned() &&
-      value.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      value.get<std::uint64_t>() >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
     fail(where + "." + name + " is out of range");
   }
   return value.get<std::int64_t>();
@@ -97,16 +98,19 @@ void check_pieces(const Manifest& manifest, const ManifestArray& array, const st
       fail(at + " starts at element " + std::to_string(piece.element_offset) + ", expected " +
            std::to_string(next));
     }
-    if (piece.file >= manifest.files.size()) fail(at + " names file " + std::to_string(piece.file) + ", which is not listed");
+    if (piece.file >= manifest.files.size())
+      fail(at + " names file " + std::to_string(piece.file) + ", which is not listed");
     if (piece.count > array.count - next) fail(at + " runs past the array's end");
     const std::uint64_t file_bytes = manifest.files[piece.file].bytes;
-    if (piece.byte_offset > file_bytes || piece.count > (file_bytes - piece.byte_offset) / element_bytes) {
+    if (piece.byte_offset > file_bytes ||
+        piece.count > (file_bytes - piece.byte_offset) / element_bytes) {
       fail(at + " lies outside " + manifest.files[piece.file].name);
     }
     next += piece.count;
   }
   if (next != array.count) {
-    fail(where + " covers " + std::to_string(next) + " of its " + std::to_string(array.count) + " elements");
+    fail(where + " covers " + std::to_string(next) + " of its " + std::to_string(array.count) +
+         " elements");
   }
 }
 
@@ -129,15 +133,20 @@ std::string to_json(const Manifest& manifest) {
   out["used_count"] = manifest.used_count;
   Json params = Json::array();
   for (const ManifestParam& param : manifest.params) {
-    params.push_back({{"name", param.name}, {"shape", param.shape},
-                      {"dtype", std::string(to_string(param.dtype))}, {"offset", param.offset}});
+    params.push_back({{"name", param.name},
+                      {"shape", param.shape},
+                      {"dtype", std::string(to_string(param.dtype))},
+                      {"offset", param.offset}});
   }
   out["params"] = std::move(params);
-  out["optimizer"] = {{"rule", manifest.optimizer_rule}, {"sharded", manifest.optimizer_sharded},
-                      {"steps", manifest.optimizer_steps}, {"learning_rate", manifest.learning_rate}};
+  out["optimizer"] = {{"rule", manifest.optimizer_rule},
+                      {"sharded", manifest.optimizer_sharded},
+                      {"steps", manifest.optimizer_steps},
+                      {"learning_rate", manifest.learning_rate}};
   if (manifest.loss_scaler) {
     const ManifestLossScaler& scaler = *manifest.loss_scaler;
-    out["loss_scaler"] = {{"scale", scaler.scale}, {"growth_tracker", scaler.growth_tracker},
+    out["loss_scaler"] = {{"scale", scaler.scale},
+                          {"growth_tracker", scaler.growth_tracker},
                           {"skipped_steps", scaler.skipped_steps},
                           {"last_step_skipped", scaler.last_step_skipped}};
   } else {
@@ -148,20 +157,24 @@ std::string to_json(const Manifest& manifest) {
   out["data_position"] = manifest.data_position;
   Json files = Json::array();
   for (const ManifestFile& file : manifest.files) {
-    files.push_back({{"name", file.name}, {"bytes", file.bytes},
-                     {"checksum", checksum_to_hex(file.checksum)}});
+    files.push_back(
+        {{"name", file.name}, {"bytes", file.bytes}, {"checksum", checksum_to_hex(file.checksum)}});
   }
   out["files"] = std::move(files);
   Json arrays = Json::array();
   for (const ManifestArray& array : manifest.arrays) {
     Json pieces = Json::array();
     for (const ManifestPiece& piece : array.pieces) {
-      pieces.push_back({{"file", piece.file}, {"element_offset", piece.element_offset},
-                        {"count", piece.count}, {"byte_offset", piece.byte_offset},
+      pieces.push_back({{"file", piece.file},
+                        {"element_offset", piece.element_offset},
+                        {"count", piece.count},
+                        {"byte_offset", piece.byte_offset},
                         {"checksum", checksum_to_hex(piece.checksum)}});
     }
-    arrays.push_back({{"name", array.name}, {"dtype", std::string(to_string(array.dtype))},
-                      {"count", array.count}, {"pieces", std::move(pieces)}});
+    arrays.push_back({{"name", array.name},
+                      {"dtype", std::string(to_string(array.dtype))},
+                      {"count", array.count},
+                      {"pieces", std::move(pieces)}});
   }
   out["arrays"] = std::move(arrays);
   return out.dump(1) + "\n";
@@ -186,7 +199,8 @@ Manifest parse_manifest(std::string_view text) {
   manifest.format_version = static_cast<int>(format);
   manifest.cohort_version = string_field(root, "cohort_version", top);
   const std::uint64_t world_size = unsigned_field(root, "world_size", top);
-  if (world_size < 1 || world_size > (1u << 24)) fail("world_size " + std::to_string(world_size) + " is out of range");
+  if (world_size < 1 || world_size > (1u << 24))
+    fail("world_size " + std::to_string(world_size) + " is out of range");
   manifest.world_size = static_cast<int>(world_size);
   manifest.registry_fingerprint = string_field(root, "registry_fingerprint", top);
   manifest.arena_dtype = dtype_field(root, "arena_dtype", top);
@@ -252,7 +266,8 @@ Manifest parse_manifest(std::string_view text) {
       const std::string piece_at = at + ".pieces[" + std::to_string(j) + "]";
       ManifestPiece piece;
       const std::uint64_t file = unsigned_field(pieces[j], "file", piece_at);
-      if (file > std::numeric_limits<std::uint32_t>::max()) fail(piece_at + ".file is out of range");
+      if (file > std::numeric_limits<std::uint32_t>::max())
+        fail(piece_at + ".file is out of range");
       piece.file = static_cast<std::uint32_t>(file);
       piece.element_offset = unsigned_field(pieces[j], "element_offset", piece_at);
       piece.count = unsigned_field(pieces[j], "count", piece_at);
@@ -260,7 +275,8 @@ Manifest parse_manifest(std::string_view text) {
       piece.checksum = checksum_field(pieces[j], "checksum", piece_at);
       array.pieces.push_back(piece);
     }
-    if (manifest.find_array(array.name) != nullptr) fail(at + " repeats the name \"" + array.name + "\"");
+    if (manifest.find_array(array.name) != nullptr)
+      fail(at + " repeats the name \"" + array.name + "\"");
     check_pieces(manifest, array, at + " (\"" + array.name + "\")");
     manifest.arrays.push_back(std::move(array));
   }

@@ -44,12 +44,19 @@ void install_preemption_handlers() {
   });
 }
 
-bool preemption_requested() noexcept { return g_preemption_flag.load(std::memory_order_relaxed) != 0; }
-void request_preemption() noexcept { g_preemption_flag.store(1, std::memory_order_relaxed); }
-void clear_preemption() noexcept { g_preemption_flag.store(0, std::memory_order_relaxed); }
+bool preemption_requested() noexcept {
+  return g_preemption_flag.load(std::memory_order_relaxed) != 0;
+}
+void request_preemption() noexcept {
+  g_preemption_flag.store(1, std::memory_order_relaxed);
+}
+void clear_preemption() noexcept {
+  g_preemption_flag.store(0, std::memory_order_relaxed);
+}
 
 PreemptionWatch::PreemptionWatch(World& world, Stream stream)
-    : world_(world), stream_(std::move(stream)),
+    : world_(world),
+      stream_(std::move(stream)),
       flag_(detail::default_state_resource(world.device()), sizeof(std::int32_t),
             MemoryCategory::other) {
   if (!stream_.device().is_host()) {

@@ -12,7 +12,6 @@
 
 namespace cohort {
 
-
 // ---- Communicator ----
 
 Communicator::Communicator(std::shared_ptr<detail::CommContext> context)
@@ -20,17 +19,29 @@ Communicator::Communicator(std::shared_ptr<detail::CommContext> context)
 
 Communicator::~Communicator() = default;
 
-int Communicator::rank() const noexcept { return context_->rank(); }
-int Communicator::size() const noexcept { return context_->size(); }
-Device Communicator::device() const noexcept { return context_->device; }
-Backend Communicator::backend() const noexcept { return context_->backend; }
-const std::string& Communicator::name() const noexcept { return context_->name; }
+int Communicator::rank() const noexcept {
+  return context_->rank();
+}
+int Communicator::size() const noexcept {
+  return context_->size();
+}
+Device Communicator::device() const noexcept {
+  return context_->device;
+}
+Backend Communicator::backend() const noexcept {
+  return context_->backend;
+}
+const std::string& Communicator::name() const noexcept {
+  return context_->name;
+}
 
 std::vector<CollectiveRecord> Communicator::recent_collectives() const {
   return context_->recorder->snapshot();
 }
 
-bool Communicator::aborted() const noexcept { return context_->aborted(); }
+bool Communicator::aborted() const noexcept {
+  return context_->aborted();
+}
 
 void Communicator::abort(const std::string& reason) noexcept {
   if (context_->abort(reason)) {
@@ -50,9 +61,9 @@ void check_view(const TensorView& view, const detail::CommContext& context, cons
   COHORT_EXPECTS(view.device() == context.device,
                  std::string(what) + " is on " + view.device().to_string() + " but " +
                      context.describe() + " works on " + context.device.to_string());
-  COHORT_EXPECTS(view.data() != nullptr || view.count() == 0,
-                 std::string(what) + " has " + std::to_string(view.count()) +
-                     " elements but a null pointer");
+  COHORT_EXPECTS(
+      view.data() != nullptr || view.count() == 0,
+      std::string(what) + " has " + std::to_string(view.count()) + " elements but a null pointer");
 }
 
 std::string signature(const CollectiveRecord& record) {
@@ -76,9 +87,9 @@ void check_same_call_everywhere(detail::CommContext& context, const CollectiveRe
   } catch (const TimeoutError& error) {
     COHORT_FAIL(TimeoutError, where + error.what());
   } catch (const InvalidArgument& error) {
-    COHORT_FAIL(InvalidArgument,
-                where + error.what() +
-                    ". Every rank must issue the same collectives in the same order.");
+    COHORT_FAIL(
+        InvalidArgument,
+        where + error.what() + ". Every rank must issue the same collectives in the same order.");
   }
 }
 
@@ -91,8 +102,8 @@ Work Communicator::issue(const Call& call, const Stream& stream) {
                    std::string(to_string(call.op)) + " on " + context.describe() +
                    " cannot run: the communicator was aborted: " + context.abort_reason());
   COHORT_EXPECTS(stream.device() == context.device,
-                 "the stream is on " + stream.device().to_string() + " but " +
-                     context.describe() + " works on " + context.device.to_string());
+                 "the stream is on " + stream.device().to_string() + " but " + context.describe() +
+                     " works on " + context.device.to_string());
   // Note [Graph capture]
   // A collective is never recorded into a CUDA graph: its completion event would be a captured
   // event, which the watchdog cannot query (cudaErrorCapturedEvent), a replay would not be
@@ -201,9 +212,9 @@ Work Communicator::barrier(const Stream& stream) {
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
-  COHORT_CHECK(!context_->aborted(), Error,
-               context_->describe() + " was aborted and cannot be split: " +
-                   context_->abort_reason());
+  COHORT_CHECK(
+      !context_->aborted(), Error,
+      context_->describe() + " was aborted and cannot be split: " + context_->abort_reason());
   return do_split(color, key, std::move(name));
 }
 

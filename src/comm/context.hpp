@@ -15,9 +15,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -58,13 +58,13 @@ class CommContext {
 
   Device device = Device::host();
   Backend backend = Backend::gloo;
-  std::string name;              // "global", "local", ...
-  std::string id;                // unique within the world, the same on every member: store scope
+  std::string name;  // "global", "local", ...
+  std::string id;    // unique within the world, the same on every member: store scope
   std::shared_ptr<Store> monitor_store;  // the same scope on the watchdog's own connection
   bool debug_collectives = false;
   std::shared_ptr<FlightRecorder> recorder = std::make_shared<FlightRecorder>();
   std::weak_ptr<Watchdog> watchdog;  // the World owns it; a detached worker may outlive it
-  std::string backend_version;  // "Gloo 0.5.0", "NCCL 2.28.9"
+  std::string backend_version;       // "Gloo 0.5.0", "NCCL 2.28.9"
   Placement placement;
 
   std::atomic<std::uint64_t> issued{0};
@@ -111,8 +111,8 @@ class CommContext {
   mutable std::mutex mutex_;
   std::string abort_reason_;
   std::function<void()> backend_abort_;
-  bool backend_abort_due_ = false;  // marked aborted, backend abort not yet run
-  bool abort_reported_ = false;     // the abort's reason was reported where it arose
+  bool backend_abort_due_ = false;                // marked aborted, backend abort not yet run
+  bool abort_reported_ = false;                   // the abort's reason was reported where it arose
   std::deque<std::shared_ptr<WorkState>> works_;  // Note [Tracking in-flight work]
   std::size_t sweep_at_ = 64;                     // works_ size that triggers a full sweep
   std::uint64_t tracking_steps_ = 0;

@@ -33,8 +33,8 @@ void FailureAwareStore::throw_if_failed(const std::vector<std::string>& keys) {
   std::string waited_for;
   for (const auto& key : keys) waited_for += (waited_for.empty() ? "" : ", ") + quote_bytes(key);
   COHORT_FAIL(Error, "rank " + std::to_string(rank_) + " stopped waiting for " + waited_for +
-                         " in " + base()->describe() + ": another rank failed: " +
-                         base()->get(kWorldFailureKey, kSlice));
+                         " in " + base()->describe() +
+                         ": another rank failed: " + base()->get(kWorldFailureKey, kSlice));
 }
 
 std::string FailureAwareStore::get(std::string_view key, Milliseconds timeout) {

@@ -33,8 +33,7 @@ RankPlace launcher_place(const LaunchInfo& launch, std::string host) {
 
 std::string encode(const RankPlace& place) {
   return std::to_string(place.local_rank) + " " + std::to_string(place.local_world_size) + " " +
-         std::to_string(place.node_rank) + " " + std::to_string(place.num_nodes) + " " +
-         place.host;
+         std::to_string(place.node_rank) + " " + std::to_string(place.num_nodes) + " " + place.host;
 }
 
 RankPlace decode(std::string_view text) {
@@ -68,22 +67,23 @@ std::string ranks_text(const std::vector<int>& ranks) {
 
 }  // namespace
 
-Topology resolve_topology(const std::vector<RankPlace>& places, int rank, const LaunchInfo& launch) {
+Topology resolve_topology(const std::vector<RankPlace>& places, int rank,
+                          const LaunchInfo& launch) {
   const int size = static_cast<int>(places.size());
-  COHORT_EXPECTS(rank >= 0 && rank < size, "rank " + std::to_string(rank) + " of " +
-                                               std::to_string(size) + " places");
+  COHORT_EXPECTS(rank >= 0 && rank < size,
+                 "rank " + std::to_string(rank) + " of " + std::to_string(size) + " places");
   // The hosts, numbered in order of their lowest rank, and the ranks on each.
   std::map<std::string, int> node_of_host;
   std::vector<std::vector<int>> ranks_on;
   std::vector<int> node(static_cast<std::size_t>(size));
   std::vector<int> local(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
-    auto [it, inserted] =
-        node_of_host.emplace(places[static_cast<std::size_t>(r)].host,
-                             static_cast<int>(node_of_host.size()));
+    auto [it, inserted] = node_of_host.emplace(places[static_cast<std::size_t>(r)].host,
+                                               static_cast<int>(node_of_host.size()));
     if (inserted) ranks_on.emplace_back();
     node[static_cast<std::size_t>(r)] = it->second;
-    local[static_cast<std::size_t>(r)] = static_cast<int>(ranks_on[static_cast<std::size_t>(it->second)].size());
+    local[static_cast<std::size_t>(r)] =
+        static_cast<int>(ranks_on[static_cast<std::size_t>(it->second)].size());
     ranks_on[static_cast<std::size_t>(it->second)].push_back(r);
   }
   const int hosts = static_cast<int>(ranks_on.size());
@@ -92,7 +92,8 @@ Topology resolve_topology(const std::vector<RankPlace>& places, int rank, const 
   std::map<int, int> host_of_node_rank;  // the launcher's node rank -> our host index
   for (int r = 0; r < size; ++r) {
     const RankPlace& p = places[static_cast<std::size_t>(r)];
-    const std::vector<int>& peers = ranks_on[static_cast<std::size_t>(node[static_cast<std::size_t>(r)])];
+    const std::vector<int>& peers =
+        ranks_on[static_cast<std::size_t>(node[static_cast<std::size_t>(r)])];
     const int on_host = static_cast<int>(peers.size());
     if (p.local_rank >= 0) {
       if (p.local_world_size != on_host) {
@@ -104,18 +105,19 @@ Topology resolve_topology(const std::vector<RankPlace>& places, int rank, const 
       for (int peer : peers) {
         if (peer != r && places[static_cast<std::size_t>(peer)].local_rank == p.local_rank) {
           disagree(launch, "ranks " + std::to_string(std::min(peer, r)) + " and " +
-                               std::to_string(std::max(peer, r)) + " both have local rank " + std::to_string(p.local_rank) + " (" +
-                               launch.given.local_rank + ") but run on the same host " +
-                               host_of(r));
+                               std::to_string(std::max(peer, r)) + " both have local rank " +
+                               std::to_string(p.local_rank) + " (" + launch.given.local_rank +
+                               ") but run on the same host " + host_of(r));
         }
       }
     }
     if (p.node_rank >= 0) {
-      auto [it, inserted] = host_of_node_rank.emplace(p.node_rank, node[static_cast<std::size_t>(r)]);
+      auto [it, inserted] =
+          host_of_node_rank.emplace(p.node_rank, node[static_cast<std::size_t>(r)]);
       if (!inserted && it->second != node[static_cast<std::size_t>(r)]) {
-        disagree(launch, "rank " + std::to_string(r) + " on host " + host_of(r) + " has node rank " +
-                             std::to_string(p.node_rank) + " (" + launch.given.node_rank +
-                             "), as do the ranks on host " +
+        disagree(launch, "rank " + std::to_string(r) + " on host " + host_of(r) +
+                             " has node rank " + std::to_string(p.node_rank) + " (" +
+                             launch.given.node_rank + "), as do the ranks on host " +
                              host_of(ranks_on[static_cast<std::size_t>(it->second)].front()));
       }
       for (int peer : peers) {

@@ -9,40 +9,56 @@ namespace cohort {
 
 std::string_view to_string(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
   }
   return "unknown";
 }
 
 std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
-    case Backend::gloo: return "gloo";
-    case Backend::nccl: return "nccl";
-    case Backend::shm: return "shm";
-    case Backend::hierarchical: return "hierarchical";
+    case Backend::gloo:
+      return "gloo";
+    case Backend::nccl:
+      return "nccl";
+    case Backend::shm:
+      return "shm";
+    case Backend::hierarchical:
+      return "hierarchical";
   }
   return "unknown";
 }
 
 std::string_view to_string(HostTransport transport) noexcept {
   switch (transport) {
-    case HostTransport::automatic: return "automatic";
-    case HostTransport::shm: return "shm";
-    case HostTransport::gloo: return "gloo";
+    case HostTransport::automatic:
+      return "automatic";
+    case HostTransport::shm:
+      return "shm";
+    case HostTransport::gloo:
+      return "gloo";
   }
   return "unknown";
 }
 
 std::string_view to_string(CollectiveOp op) noexcept {
   switch (op) {
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::broadcast: return "broadcast";
-    case CollectiveOp::barrier: return "barrier";
+    case CollectiveOp::all_reduce:
+      return "all_reduce";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_gather:
+      return "all_gather";
+    case CollectiveOp::broadcast:
+      return "broadcast";
+    case CollectiveOp::barrier:
+      return "barrier";
   }
   return "unknown";
 }

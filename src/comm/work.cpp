@@ -178,7 +178,9 @@ void WorkState::rethrow_if_failed() {
 
 }  // namespace detail
 
-bool Work::done() const { return !state_ || state_->done(); }
+bool Work::done() const {
+  return !state_ || state_->done();
+}
 
 void Work::wait() const {
   if (!state_) {
@@ -205,7 +207,9 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   state_->rethrow_if_failed();
 }
 
-std::uint64_t Work::sequence() const noexcept { return state_ ? state_->record().sequence : 0; }
+std::uint64_t Work::sequence() const noexcept {
+  return state_ ? state_->record().sequence : 0;
+}
 
 CollectiveOp Work::op() const noexcept {
   return state_ ? state_->record().op : CollectiveOp::barrier;

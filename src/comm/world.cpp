@@ -31,7 +31,9 @@
 namespace cohort {
 
 #if !COHORT_WITH_CUDA
-std::uint64_t detail::nccl_communicators_created() noexcept { return 0; }
+std::uint64_t detail::nccl_communicators_created() noexcept {
+  return 0;
+}
 #endif
 
 struct World::Impl {
@@ -121,17 +123,19 @@ HostTransport host_transport_from(const WorldOptions& options) {
 // cohort-doctor reports the same decision. The decision goes into the global communicator's
 // context; the factory makes that backend and its constructor checks it (expect_backend), none
 // assigns it. A split's group inherits NCCL, or gets the host backend its members' nodes call
-// for, decided by the same rule before its communicator exists. run_local decides NCCL or the host once for all its ranks.
+// for, decided by the same rule before its communicator exists. run_local decides NCCL or the host
+// once for all its ranks.
 
 /// NCCL or the host, for `choice` (cohort/comm/transport.hpp, which cohort-doctor calls too).
-BackendChoice resolve(BackendChoice choice) { return resolve_backend(choice); }
+BackendChoice resolve(BackendChoice choice) {
+  return resolve_backend(choice);
+}
 
 /// This rank's place among the nodes: the launcher's word where it gave it, host names (or
 /// simulated nodes of `ranks_per_node`) for the rest (Note [Topology from the launcher]).
 void find_place(World::Impl& world, const LaunchInfo& launch, int ranks_per_node) {
-  const std::string host = ranks_per_node > 0
-                               ? "node" + std::to_string(world.rank / ranks_per_node)
-                               : host_name();
+  const std::string host =
+      ranks_per_node > 0 ? "node" + std::to_string(world.rank / ranks_per_node) : host_name();
   std::vector<detail::RankPlace> places;
   for (const std::string& text :
        world.group->all_gather("place", detail::encode(detail::launcher_place(launch, host)))) {
@@ -221,20 +225,48 @@ World::~World() {
   if (impl_ && impl_->served_store) impl_->served_store->wait_for_clients(impl_->timeout);
 }
 
-int World::rank() const noexcept { return impl_->rank; }
-int World::size() const noexcept { return impl_->size; }
-int World::local_rank() const noexcept { return impl_->local_rank; }
-int World::local_world_size() const noexcept { return impl_->local_world_size; }
-int World::node_rank() const noexcept { return impl_->node_rank; }
-int World::num_nodes() const noexcept { return impl_->num_nodes; }
-Device World::device() const noexcept { return impl_->device; }
-Backend World::backend() const noexcept { return impl_->backend; }
-Communicator& World::comm() noexcept { return *impl_->global; }
-Communicator& World::local() noexcept { return *impl_->local; }
-Communicator& World::cross() noexcept { return *impl_->cross; }
-Store& World::store() noexcept { return *impl_->store; }
-StoreGroup& World::group() noexcept { return *impl_->group; }
-std::chrono::milliseconds World::timeout() const noexcept { return impl_->timeout; }
+int World::rank() const noexcept {
+  return impl_->rank;
+}
+int World::size() const noexcept {
+  return impl_->size;
+}
+int World::local_rank() const noexcept {
+  return impl_->local_rank;
+}
+int World::local_world_size() const noexcept {
+  return impl_->local_world_size;
+}
+int World::node_rank() const noexcept {
+  return impl_->node_rank;
+}
+int World::num_nodes() const noexcept {
+  return impl_->num_nodes;
+}
+Device World::device() const noexcept {
+  return impl_->device;
+}
+Backend World::backend() const noexcept {
+  return impl_->backend;
+}
+Communicator& World::comm() noexcept {
+  return *impl_->global;
+}
+Communicator& World::local() noexcept {
+  return *impl_->local;
+}
+Communicator& World::cross() noexcept {
+  return *impl_->cross;
+}
+Store& World::store() noexcept {
+  return *impl_->store;
+}
+StoreGroup& World::group() noexcept {
+  return *impl_->group;
+}
+std::chrono::milliseconds World::timeout() const noexcept {
+  return impl_->timeout;
+}
 
 std::string World::describe() const {
   return "rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " (local " +
@@ -259,7 +291,8 @@ World init(WorldOptions options) {
     set_process_log_rank(launch.rank);  // ranks as threads set their own (run_local)
   }
 
-  std::shared_ptr<Store> base = options.store ? options.store : connect_store(launch, impl->timeout);
+  std::shared_ptr<Store> base =
+      options.store ? options.store : connect_store(launch, impl->timeout);
   if (!options.store) {
     impl->store_host = launch.master_addr;
     impl->served_store = std::dynamic_pointer_cast<TcpStore>(base);
@@ -305,9 +338,9 @@ World init(WorldOptions options) {
     impl->local = impl->global->split(impl->node_rank, impl->local_rank, "local");
     impl->cross = impl->global->split(impl->local_rank, impl->node_rank, "cross");
   } catch (const std::exception& error) {
-    detail::publish_world_failure(*impl->store, "rank " + std::to_string(launch.rank) +
-                                                    " failed while joining the world: " +
-                                                    error.what());
+    detail::publish_world_failure(
+        *impl->store,
+        "rank " + std::to_string(launch.rank) + " failed while joining the world: " + error.what());
     throw;
   }
   World world(std::move(impl));

@@ -93,7 +93,8 @@ std::uint64_t Checksum::of(const void* data, std::size_t bytes) noexcept {
 std::string checksum_to_hex(std::uint64_t digest) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string text(16, '0');
-  for (int i = 15; i >= 0; --i, digest >>= 4) text[static_cast<std::size_t>(i)] = kDigits[digest & 0xf];
+  for (int i = 15; i >= 0; --i, digest >>= 4)
+    text[static_cast<std::size_t>(i)] = kDigits[digest & 0xf];
   return text;
 }
 

@@ -21,7 +21,9 @@ EnvLookup process_environment() {
 namespace env {
 namespace {
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 bool equals_ignoring_case(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -84,8 +86,8 @@ std::string describe_duration(std::chrono::milliseconds duration) {
 
 std::chrono::milliseconds parse_duration(std::string_view name, std::string_view value,
                                          DurationRange range) {
-  const std::string valid = "from " + describe_duration(range.min) + " to " +
-                            describe_duration(range.max);
+  const std::string valid =
+      "from " + describe_duration(range.min) + " to " + describe_duration(range.max);
   auto fail = [&](std::string_view problem) {
     COHORT_FAIL(InvalidArgument,
                 std::string(name) + "='" + std::string(value) + "' " + std::string(problem) +

@@ -47,7 +47,9 @@ std::mutex& output_mutex() noexcept {
   return mutex;
 }
 
-char lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char lower(char c) noexcept {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 bool equals_ignoring_case(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) {
@@ -65,10 +67,14 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) noexcept {
 
 std::string_view to_string(LogLevel level) noexcept {
   switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::debug:
+      return "debug";
   }
   return "unknown";
 }
@@ -85,22 +91,32 @@ std::optional<LogLevel> parse_log_level(std::string_view text) noexcept {
   return std::nullopt;
 }
 
-LogLevel log_level() noexcept { return static_cast<LogLevel>(current_level().load()); }
+LogLevel log_level() noexcept {
+  return static_cast<LogLevel>(current_level().load());
+}
 
-void set_log_level(LogLevel level) noexcept { current_level().store(static_cast<int>(level)); }
+void set_log_level(LogLevel level) noexcept {
+  current_level().store(static_cast<int>(level));
+}
 
-void set_process_log_rank(int rank) noexcept { process_rank.store(rank); }
+void set_process_log_rank(int rank) noexcept {
+  process_rank.store(rank);
+}
 
-void set_thread_log_rank(int rank) noexcept { thread_rank = rank; }
+void set_thread_log_rank(int rank) noexcept {
+  thread_rank = rank;
+}
 
-int log_rank() noexcept { return thread_rank != kNoRank ? thread_rank : process_rank.load(); }
+int log_rank() noexcept {
+  return thread_rank != kNoRank ? thread_rank : process_rank.load();
+}
 
 std::string format_log_line(LogLevel level, int rank, std::string_view message) {
   using Clock = std::chrono::system_clock;
   const auto now = Clock::now();
   const std::time_t seconds = Clock::to_time_t(now);
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          now.time_since_epoch()).count() % 1000;
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm utc{};
   gmtime_r(&seconds, &utc);
   char time_text[32];

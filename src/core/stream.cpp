@@ -90,7 +90,7 @@ class HostEvent final : public EventImpl, public std::enable_shared_from_this<Ho
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
   Clock::time_point completed_at_{};
-  std::exception_ptr error_;  // of the stream the latest completed recording was on
+  std::exception_ptr error_;               // of the stream the latest completed recording was on
   std::weak_ptr<HostStream> recorded_on_;  // the stream of the latest recording
   std::uint64_t recorded_through_ = 0;     // that stream's enqueued tasks it follows
 };
@@ -174,8 +174,8 @@ class HostStream final : public StreamImpl, public std::enable_shared_from_this<
 
   void wait(EventImpl& event) override {
     auto* host_event = dynamic_cast<HostEvent*>(&event);
-    COHORT_EXPECTS(host_event != nullptr, "a host stream cannot wait on an event of " +
-                                              event.device().to_string());
+    COHORT_EXPECTS(host_event != nullptr,
+                   "a host stream cannot wait on an event of " + event.device().to_string());
     const std::uint64_t generation = host_event->recorded_generation();
     if (generation == 0 || host_event->completed_cleanly(generation)) {
       return;  // already there: waiting would only cost a task
@@ -193,7 +193,8 @@ class HostStream final : public StreamImpl, public std::enable_shared_from_this<
   // `busy_` keeps the worker and the synchronizing thread from running tasks at the same time.
   void synchronize() override {
     if (caller_runs_) {
-      const std::lock_guard<std::recursive_mutex> running(caller_mutex_);  // a task on another thread
+      const std::lock_guard<std::recursive_mutex> running(
+          caller_mutex_);  // a task on another thread
       if (const std::exception_ptr error = current_error()) {
         std::rethrow_exception(error);
       }
@@ -258,9 +259,9 @@ class HostStream final : public StreamImpl, public std::enable_shared_from_this<
 
  private:
   struct Task {
-    std::function<void()> work;                       // skipped once the stream has failed
+    std::function<void()> work;                      // skipped once the stream has failed
     std::function<void(std::exception_ptr)> marker;  // always runs
-    bool waits_only = false;  // Note [Waits run by the synchronizing thread]
+    bool waits_only = false;                         // Note [Waits run by the synchronizing thread]
   };
 
   std::exception_ptr current_error() {
@@ -458,16 +459,30 @@ Stream Stream::wrap_cuda(Device device, void* cuda_stream) {
 #endif
 }
 
-Device Stream::device() const noexcept { return impl_->device(); }
-void Stream::enqueue(std::function<void()> task) const { impl_->enqueue(std::move(task)); }
+Device Stream::device() const noexcept {
+  return impl_->device();
+}
+void Stream::enqueue(std::function<void()> task) const {
+  impl_->enqueue(std::move(task));
+}
 void Stream::enqueue_wait(std::function<void()> wait) const {
   impl_->enqueue_wait(std::move(wait));
 }
-void Stream::wait(const Event& event) const { impl_->wait(*event.impl_); }
-void Stream::synchronize() const { impl_->synchronize(); }
-bool Stream::ready() const { return impl_->ready(); }
-bool Stream::capturing() const { return impl_->capturing(); }
-void* Stream::native_handle() const noexcept { return impl_->native_handle(); }
+void Stream::wait(const Event& event) const {
+  impl_->wait(*event.impl_);
+}
+void Stream::synchronize() const {
+  impl_->synchronize();
+}
+bool Stream::ready() const {
+  return impl_->ready();
+}
+bool Stream::capturing() const {
+  return impl_->capturing();
+}
+void* Stream::native_handle() const noexcept {
+  return impl_->native_handle();
+}
 
 void detail::label_host_work(const Stream& stream, std::string_view call) {
   stream.impl_->label_work(call);
@@ -495,13 +510,23 @@ Event Event::create(Device device, bool timing) {
 #endif
 }
 
-Device Event::device() const noexcept { return impl_->device(); }
-void Event::record(const Stream& stream) { impl_->record(*stream.impl_); }
-bool Event::ready() const { return impl_->ready(); }
-void Event::synchronize() const { impl_->synchronize(); }
+Device Event::device() const noexcept {
+  return impl_->device();
+}
+void Event::record(const Stream& stream) {
+  impl_->record(*stream.impl_);
+}
+bool Event::ready() const {
+  return impl_->ready();
+}
+void Event::synchronize() const {
+  impl_->synchronize();
+}
 float Event::elapsed_ms(const Event& start, const Event& end) {
   return end.impl_->elapsed_ms_since(*start.impl_);
 }
-void* Event::native_handle() const noexcept { return impl_->native_handle(); }
+void* Event::native_handle() const noexcept {
+  return impl_->native_handle();
+}
 
 }  // namespace cohort

@@ -208,8 +208,8 @@ class CudaEvent final : public EventImpl {
     // cudaEventElapsedTime answers cudaErrorNotReady for events still pending: wait for both.
     COHORT_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(start.native_handle())));
     COHORT_CUDA_TRY(cudaEventSynchronize(event_));
-    COHORT_CUDA_TRY(cudaEventElapsedTime(
-        &milliseconds, static_cast<cudaEvent_t>(start.native_handle()), event_));
+    COHORT_CUDA_TRY(cudaEventElapsedTime(&milliseconds,
+                                         static_cast<cudaEvent_t>(start.native_handle()), event_));
     return milliseconds;
   }
 
@@ -224,8 +224,7 @@ void CudaStream::wait(EventImpl& event) {
   COHORT_EXPECTS(dynamic_cast<CudaEvent*>(&event) != nullptr,
                  "a CUDA stream cannot wait on an event of " + event.device().to_string());
   const CudaDeviceScope scope(device_.index());  // the event may be another device's
-  COHORT_CUDA_TRY(
-      cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.native_handle()), 0));
+  COHORT_CUDA_TRY(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.native_handle()), 0));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 namespace cohort {
 
-const char* version() noexcept { return COHORT_VERSION_STRING; }
+const char* version() noexcept {
+  return COHORT_VERSION_STRING;
+}
 
 }  // namespace cohort

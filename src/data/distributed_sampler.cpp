@@ -56,7 +56,8 @@ std::shared_ptr<MemoryResource> default_resource(Device device) {
   pool.device = device.index();
   return make_device_pool_resource(pool);
 #else
-  COHORT_FAIL(InvalidArgument, "DistributedSampler on " + device.to_string() + ": this build has no CUDA");
+  COHORT_FAIL(InvalidArgument,
+              "DistributedSampler on " + device.to_string() + ": this build has no CUDA");
 #endif
 }
 
@@ -82,10 +83,12 @@ std::vector<std::int64_t> host_permutation(const SamplerOptions& options, std::u
 DistributedSampler::DistributedSampler(const SamplerOptions& options, Stream stream)
     : options_(options), stream_(std::move(stream)) {
   COHORT_EXPECTS(options_.dataset_size > 0, "DistributedSampler: the data set is empty");
-  COHORT_EXPECTS(options_.batch_per_rank > 0, "DistributedSampler: batch_per_rank must be positive");
-  COHORT_EXPECTS(options_.world_size > 0 && options_.rank >= 0 && options_.rank < options_.world_size,
-                 "DistributedSampler: rank " + std::to_string(options_.rank) +
-                     " is outside a world of " + std::to_string(options_.world_size));
+  COHORT_EXPECTS(options_.batch_per_rank > 0,
+                 "DistributedSampler: batch_per_rank must be positive");
+  COHORT_EXPECTS(
+      options_.world_size > 0 && options_.rank >= 0 && options_.rank < options_.world_size,
+      "DistributedSampler: rank " + std::to_string(options_.rank) + " is outside a world of " +
+          std::to_string(options_.world_size));
   const std::uint64_t global = global_batch();
   if (options_.last_batch == LastBatch::drop) {
     steps_per_epoch_ = options_.dataset_size / global;
@@ -114,8 +117,8 @@ void DistributedSampler::compute_permutation() {
   // LastBatch::drop, `padded` is below the data set's size, and the buffer must hold all of it.
   const std::uint64_t stored = std::max(padded, options_.dataset_size);
   // In stream order: batches of the previous epoch already enqueued keep their memory.
-  permutation_ = Buffer(options_.resource, stored * sizeof(std::int64_t), stream_,
-                        MemoryCategory::other);
+  permutation_ =
+      Buffer(options_.resource, stored * sizeof(std::int64_t), stream_, MemoryCategory::other);
   if (stream_.device().is_host()) {
     const std::vector<std::int64_t> host = host_permutation(options_, position_.epoch, padded);
     std::memcpy(permutation_.data(), host.data(), padded * sizeof(std::int64_t));
@@ -141,8 +144,9 @@ SampledBatch DistributedSampler::next_batch() {
   SampledBatch batch;
   batch.position = position_;
   batch.size = options_.batch_per_rank;
-  const std::uint64_t first = position_.step * global_batch() +
-                              std::uint64_t{options_.batch_per_rank} * static_cast<std::uint64_t>(options_.rank);
+  const std::uint64_t first =
+      position_.step * global_batch() +
+      std::uint64_t{options_.batch_per_rank} * static_cast<std::uint64_t>(options_.rank);
   batch.indices = static_cast<const std::int64_t*>(permutation_.data()) + first;
   const std::uint64_t end = first + batch.size;
   if (end > options_.dataset_size) {
@@ -186,9 +190,9 @@ std::vector<std::int64_t> DistributedSampler::host_indices(SamplerPosition posit
   position.step %= steps_per_epoch_;
   const std::vector<std::int64_t> permutation =
       host_permutation(options_, position.epoch, steps_per_epoch_ * global_batch());
-  const auto first = static_cast<std::ptrdiff_t>(
-      position.step * global_batch() +
-      std::uint64_t{options_.batch_per_rank} * static_cast<std::uint64_t>(options_.rank));
+  const auto first = static_cast<std::ptrdiff_t>(position.step * global_batch() +
+                                                 std::uint64_t{options_.batch_per_rank} *
+                                                     static_cast<std::uint64_t>(options_.rank));
   return {permutation.begin() + first, permutation.begin() + first + options_.batch_per_rank};
 }
 

@@ -1,6 +1,6 @@
 #include <cohort/core/error.hpp>
-#include <cohort/ddp/bucket_plan.hpp>
 #include <cohort/core/format.hpp>
+#include <cohort/ddp/bucket_plan.hpp>
 
 #include <algorithm>
 

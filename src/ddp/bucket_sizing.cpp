@@ -57,8 +57,9 @@ std::string BucketSizing::describe() const {
   std::string text;
   if (automatic) {
     char numbers[96];
-    std::snprintf(numbers, sizeof(numbers), "auto from alpha %.1f us, beta %.2f GB/s: ",
-                  link.alpha_us, link.bytes_per_us / 1000.0);
+    std::snprintf(numbers, sizeof(numbers),
+                  "auto from alpha %.1f us, beta %.2f GB/s: ", link.alpha_us,
+                  link.bytes_per_us / 1000.0);
     text = numbers;
   } else {
     text = "fixed: ";
@@ -72,10 +73,10 @@ LinkEstimate fit_link(std::size_t small_bytes, double small_us, std::size_t larg
   COHORT_EXPECTS(small_bytes > 0 && small_bytes < large_bytes,
                  "fit_link needs 0 < small_bytes < large_bytes, got " +
                      std::to_string(small_bytes) + " and " + std::to_string(large_bytes));
-  COHORT_EXPECTS(std::isfinite(small_us) && std::isfinite(large_us) && small_us >= 0.0 &&
-                     large_us >= 0.0,
-                 "fit_link needs finite, non-negative times, got " + std::to_string(small_us) +
-                     " and " + std::to_string(large_us) + " us");
+  COHORT_EXPECTS(
+      std::isfinite(small_us) && std::isfinite(large_us) && small_us >= 0.0 && large_us >= 0.0,
+      "fit_link needs finite, non-negative times, got " + std::to_string(small_us) + " and " +
+          std::to_string(large_us) + " us");
   // t(b) = alpha + b / beta. Noise can make the large probe no slower than the small one: then
   // the bandwidth is at least what it alone shows. A time of 0 (a clock too coarse) counts as
   // one microsecond rather than an infinite bandwidth.
@@ -83,8 +84,8 @@ LinkEstimate fit_link(std::size_t small_bytes, double small_us, std::size_t larg
   const double large = std::max(large_us, kMinProbeUs);
   const double extra = static_cast<double>(large_bytes - small_bytes);
   LinkEstimate link;
-  link.bytes_per_us = large > small ? extra / (large - small)
-                                    : static_cast<double>(large_bytes) / large;
+  link.bytes_per_us =
+      large > small ? extra / (large - small) : static_cast<double>(large_bytes) / large;
   // Not the intercept small - small_bytes / beta, which noise makes 0 or negative (see Note
   // [Automatic bucket sizes]): the small probe's whole time, and no less than the time the
   // model gives its bytes.
@@ -123,8 +124,8 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
     std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
     return times[kRepeats / 2];
   };
-  LinkEstimate mine = fit_link(kSmallProbeBytes, median(small_times), kLargeProbeBytes,
-                               median(large_times));
+  LinkEstimate mine =
+      fit_link(kSmallProbeBytes, median(small_times), kLargeProbeBytes, median(large_times));
 
   // Rank 0's numbers for everyone. The n-th construction has the same number on every rank.
   const int rank = comm.rank();
@@ -143,9 +144,9 @@ LinkEstimate measure_link(Communicator& comm, Store& store,
   if (parsed.ec == std::errc() && parsed.ptr != end) {
     parsed = std::from_chars(parsed.ptr + 1, end, agreed.bytes_per_us);
   }
-  COHORT_CHECK(parsed.ec == std::errc() && agreed.bytes_per_us > 0.0, Error,
-               "DataParallel: rank 0's link measurement '" + text + "' under " + key +
-                   " cannot be read");
+  COHORT_CHECK(
+      parsed.ec == std::errc() && agreed.bytes_per_us > 0.0, Error,
+      "DataParallel: rank 0's link measurement '" + text + "' under " + key + " cannot be read");
   return agreed;
 }
 

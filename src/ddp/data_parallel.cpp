@@ -94,16 +94,16 @@ BucketSizing given_sizing(const DataParallelOptions& options) {
 void check_own_memory(const TensorView& memory, const char* option, const BucketPlan& plan,
                       Device device) {
   const std::string what = std::string("DataParallelOptions::") + option;
-  COHORT_EXPECTS(memory.device() == device,
-                 what + " is " + memory.device().to_string() + " memory, but this rank works on " +
-                     device.to_string());
+  COHORT_EXPECTS(memory.device() == device, what + " is " + memory.device().to_string() +
+                                                " memory, but this rank works on " +
+                                                device.to_string());
   COHORT_EXPECTS(memory.dtype() == plan.dtype,
                  what + " holds " + std::string(to_string(memory.dtype())) +
                      " elements, but the parameters are " + std::string(to_string(plan.dtype)));
   COHORT_EXPECTS(memory.count() >= plan.arena_count,
-                 what + " holds " + std::to_string(memory.count()) + " elements, but the arena of " +
-                     std::to_string(plan.world_size) + " rank(s) needs " +
-                     std::to_string(plan.arena_count) +
+                 what + " holds " + std::to_string(memory.count()) +
+                     " elements, but the arena of " + std::to_string(plan.world_size) +
+                     " rank(s) needs " + std::to_string(plan.arena_count) +
                      " (each parameter starts at a multiple of 256 bytes and the total is padded "
                      "to world size x 256 bytes); allocate arena_layout(registry, "
                      "world.size()).arena_count elements");
@@ -127,8 +127,8 @@ struct StepRecord {
   std::size_t bytes = 0;
   using PooledEvent = std::shared_ptr<Event>;
   std::vector<std::pair<PooledEvent, PooledEvent>> spans;  ///< per collective, on comm stream
-  PooledEvent compute_done;  ///< compute stream at sync_grads()
-  PooledEvent comm_done;     ///< comm stream after the last collective
+  PooledEvent compute_done;                                ///< compute stream at sync_grads()
+  PooledEvent comm_done;  ///< comm stream after the last collective
 };
 
 }  // namespace
@@ -347,8 +347,8 @@ struct DataParallel::Impl {
   std::shared_ptr<StepRecord> record;
   std::shared_ptr<StepRecord> last_record;
   const bool debug_streams = detail::debug_streams_enabled();
-  detail::UnitUse units{registry};  // gather/release, checked in every mode
-  mutable std::optional<ShardLayout> layout;  // Sharding::none, made when first asked for
+  detail::UnitUse units{registry};                 // gather/release, checked in every mode
+  mutable std::optional<ShardLayout> layout;       // Sharding::none, made when first asked for
   std::unique_ptr<detail::ShardedEngine> sharded;  // Sharding::zero2 and zero3
 };
 
@@ -448,10 +448,9 @@ DataParallel::DataParallel(World& world, const ParamRegistry& registry, DataPara
     const BucketPlan provisional = s.plan;
     s.sizing = choose_bucket_sizes(
         detail::measure_link(s.comm, world.store(), memory, s.comm_stream, world.timeout()));
-    s.plan = make_bucket_plan(s.registry, world.size(), s.sizing.middle_bytes,
-                              s.sizing.first_bytes, s.sizing.last_bytes);
-    COHORT_CHECK(s.plan.arena_count == provisional.arena_count &&
-                     s.plan.slots == provisional.slots,
+    s.plan = make_bucket_plan(s.registry, world.size(), s.sizing.middle_bytes, s.sizing.first_bytes,
+                              s.sizing.last_bytes);
+    COHORT_CHECK(s.plan.arena_count == provisional.arena_count && s.plan.slots == provisional.slots,
                  Error, "DataParallel: the measured bucket caps changed the arena layout");
   }
   s.marked_window.assign(s.registry.size(), false);
@@ -643,10 +642,10 @@ TensorView DataParallel::param_arena() const {
   return impl_->params_view();
 }
 TensorView DataParallel::grad_arena() const {
-  COHORT_EXPECTS(!impl_->sharded, "grad_arena(): " +
-                                      std::string(to_string(impl_->options.sharding)) +
-                                      " keeps no whole gradient arena; the averaged gradients "
-                                      "are this rank's grad_shard()");
+  COHORT_EXPECTS(!impl_->sharded,
+                 "grad_arena(): " + std::string(to_string(impl_->options.sharding)) +
+                     " keeps no whole gradient arena; the averaged gradients "
+                     "are this rank's grad_shard()");
   return impl_->grads_view();
 }
 TensorView DataParallel::param_shard() const {
@@ -688,7 +687,9 @@ Communicator& DataParallel::comm() noexcept {
 const ParamRegistry& DataParallel::registry() const noexcept {
   return impl_->registry;
 }
-const BucketSizing& DataParallel::bucket_sizing() const noexcept { return impl_->sizing; }
+const BucketSizing& DataParallel::bucket_sizing() const noexcept {
+  return impl_->sizing;
+}
 
 const BucketPlan& DataParallel::plan() const noexcept {
   return impl_->plan;

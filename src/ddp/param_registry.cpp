@@ -64,18 +64,16 @@ UnitHandle ParamRegistry::add_unit(std::string name, std::vector<ParamHandle> pa
     COHORT_EXPECTS(existing.name != name,
                    "ParamRegistry::add_unit: a unit named '" + name + "' is already declared");
   }
-  COHORT_EXPECTS(!params.empty(),
-                 "ParamRegistry::add_unit: unit '" + name + "' has no parameters");
+  COHORT_EXPECTS(!params.empty(), "ParamRegistry::add_unit: unit '" + name + "' has no parameters");
   const auto index = static_cast<std::uint32_t>(units_.size());
   std::vector<bool> listed(params_.size(), false);
   for (const ParamHandle param : params) {
     const ParamInfo& info = this->info(param);
     const std::uint32_t owner = unit_of_[param.index];
-    COHORT_EXPECTS(owner == kNoUnit,
-                   "ParamRegistry::add_unit: parameter '" + info.name + "' of unit '" + name +
-                       "' already belongs to unit '" +
-                       (owner == kNoUnit ? std::string() : units_[owner].name) +
-                       "'; a parameter belongs to one unit at most");
+    COHORT_EXPECTS(owner == kNoUnit, "ParamRegistry::add_unit: parameter '" + info.name +
+                                         "' of unit '" + name + "' already belongs to unit '" +
+                                         (owner == kNoUnit ? std::string() : units_[owner].name) +
+                                         "'; a parameter belongs to one unit at most");
     COHORT_EXPECTS(!listed[param.index], "ParamRegistry::add_unit: parameter '" + info.name +
                                              "' is listed twice in unit '" + name + "'");
     listed[param.index] = true;

@@ -175,11 +175,10 @@ ShardLayout make_shard_layout(const ParamRegistry& registry, int world_size, Sha
       unit.push_back(registry.unit_index_of(ParamHandle{static_cast<std::uint32_t>(i)}));
     }
     const auto none = static_cast<std::uint32_t>(units.size());
-    groups = bucket_groups(order, sizes, unit, none,
-                           cap_elements(first_bucket_bytes, element_bytes, alignment),
-                           cap_elements(bucket_bytes, element_bytes, alignment),
-                           last_bucket_bytes == 0
-                               ? 0
+    groups = bucket_groups(
+        order, sizes, unit, none, cap_elements(first_bucket_bytes, element_bytes, alignment),
+        cap_elements(bucket_bytes, element_bytes, alignment),
+        last_bucket_bytes == 0 ? 0
                                : std::min(cap_elements(last_bucket_bytes, element_bytes, alignment),
                                           cap_elements(bucket_bytes, element_bytes, alignment)));
   } else {

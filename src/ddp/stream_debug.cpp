@@ -17,7 +17,9 @@
 
 namespace cohort::detail {
 
-bool debug_streams_enabled() { return env::boolean(env::kDebugStreams); }
+bool debug_streams_enabled() {
+  return env::boolean(env::kDebugStreams);
+}
 
 void check_host_waited(const Stream& compute, std::string_view parameter) {
   const std::optional<std::string_view> call = unwaited_host_work(compute);

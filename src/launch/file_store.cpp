@@ -288,6 +288,8 @@ std::unique_ptr<Store> FileStore::clone() const {
   return std::make_unique<FileStore>(root_, run_id_, timeout());
 }
 
-std::string FileStore::describe() const { return "FileStore(" + folder_.string() + ")"; }
+std::string FileStore::describe() const {
+  return "FileStore(" + folder_.string() + ")";
+}
 
 }  // namespace cohort

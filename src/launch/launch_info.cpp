@@ -368,7 +368,6 @@ int read_port(const Environment& env) {
   return port->value;
 }
 
-
 }  // namespace
 
 std::string_view to_string(Launcher launcher) noexcept {

@@ -120,6 +120,8 @@ std::unique_ptr<Store> MemoryStore::clone() const {
   return std::unique_ptr<Store>(new MemoryStore(state_, timeout()));
 }
 
-std::string MemoryStore::describe() const { return "MemoryStore"; }
+std::string MemoryStore::describe() const {
+  return "MemoryStore";
+}
 
 }  // namespace cohort

@@ -33,8 +33,7 @@ std::shared_ptr<Store> connect_tcp(const LaunchInfo& info, const EnvLookup& look
 /// torchrun's agent store, scoped to this attempt: it lives as long as torchrun, across restarts,
 /// so an earlier attempt's keys are still there (Note [torchrun's agent store] in design.md).
 std::shared_ptr<Store> connect_torch(const LaunchInfo& info, Milliseconds timeout) {
-  COHORT_LOG(debug) << "using torchrun's store at " << info.master_addr << ":"
-                    << info.master_port;
+  COHORT_LOG(debug) << "using torchrun's store at " << info.master_addr << ":" << info.master_port;
   return std::make_shared<PrefixStore>(
       "cohort/attempt" + std::to_string(info.restart_count),
       std::make_shared<TorchStore>(info.master_addr, info.master_port, timeout));

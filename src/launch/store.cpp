@@ -50,7 +50,9 @@ std::optional<std::int64_t> apply_add(std::string_view key, const std::string* c
   return sum;
 }
 
-std::string system_error_text(int errnum) { return std::system_category().message(errnum); }
+std::string system_error_text(int errnum) {
+  return std::system_category().message(errnum);
+}
 
 void UniqueFd::reset(int fd) noexcept {
   // close() may fail with EINTR, but the descriptor is released anyway on Linux: never retry.
@@ -98,9 +100,13 @@ std::string ForwardingStore::compare_set(std::string_view key, std::string_view 
   return base_->compare_set(key_in_base(key), expected, desired);
 }
 
-bool ForwardingStore::remove(std::string_view key) { return base_->remove(key_in_base(key)); }
+bool ForwardingStore::remove(std::string_view key) {
+  return base_->remove(key_in_base(key));
+}
 
-std::string ForwardingStore::describe() const { return base_->describe(); }
+std::string ForwardingStore::describe() const {
+  return base_->describe();
+}
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : ForwardingStore(std::move(base), "PrefixStore"), prefix_(std::move(prefix)) {

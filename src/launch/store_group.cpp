@@ -95,20 +95,23 @@ void StoreGroup::fail_never_arrived(std::string_view key, const std::vector<std:
                   " never arrived after " + env::describe_duration(timeout_) + " (through " +
                   store_->describe() +
                   "). Check that they started, reached the same point, and use the same store "
-                  "(MASTER_ADDR, MASTER_PORT, " + std::string(env::kStore) + ").");
+                  "(MASTER_ADDR, MASTER_PORT, " +
+                  std::string(env::kStore) + ").");
 }
 
-void StoreGroup::barrier(std::string_view name) { all_gather(name, "1"); }
+void StoreGroup::barrier(std::string_view name) {
+  all_gather(name, "1");
+}
 
 void StoreGroup::check_same(std::string_view what, std::string_view value) {
   const std::vector<std::string> values = all_gather(what, value);
   for (int member = 0; member < size_; ++member) {
     const std::string& theirs = values[static_cast<std::size_t>(member)];
     if (theirs != value) {
-      COHORT_FAIL(InvalidArgument,
-                  std::string(what) + " differs between ranks of the " + what_ + ": rank " +
-                      std::to_string(global_rank(member)) + " has " + theirs + " but rank " +
-                      std::to_string(global_rank(rank_)) + " has " + std::string(value));
+      COHORT_FAIL(InvalidArgument, std::string(what) + " differs between ranks of the " + what_ +
+                                       ": rank " + std::to_string(global_rank(member)) + " has " +
+                                       theirs + " but rank " + std::to_string(global_rank(rank_)) +
+                                       " has " + std::string(value));
     }
   }
 }

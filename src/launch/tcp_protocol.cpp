@@ -95,9 +95,13 @@ std::string_view MessageReader::take(std::size_t count) {
   return field;
 }
 
-std::uint8_t MessageReader::u8() { return static_cast<std::uint8_t>(take(1)[0]); }
+std::uint8_t MessageReader::u8() {
+  return static_cast<std::uint8_t>(take(1)[0]);
+}
 
-std::uint32_t MessageReader::u32() { return decode_length(take(4)); }
+std::uint32_t MessageReader::u32() {
+  return decode_length(take(4));
+}
 
 std::uint64_t MessageReader::u64() {
   const auto field = take(8);
@@ -108,7 +112,9 @@ std::uint64_t MessageReader::u64() {
   return value;
 }
 
-std::string_view MessageReader::bytes() { return take(u32()); }
+std::string_view MessageReader::bytes() {
+  return take(u32());
+}
 
 std::vector<std::string> MessageReader::key_list() {
   const std::uint32_t count = u32();

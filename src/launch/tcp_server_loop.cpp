@@ -193,7 +193,8 @@ void ServerLoop::accept_all() {
         !evict_oldest_unauthenticated(std::to_string(open_connections_.load()) +
                                       " connections are open, the most allowed")) {
       warnings_.warn(name_, "refusing a connection from " + peer + ": already serving " +
-                                std::to_string(open_connections_.load()) + " authenticated clients");
+                                std::to_string(open_connections_.load()) +
+                                " authenticated clients");
       continue;
     }
     const int on = 1;
@@ -271,10 +272,11 @@ void ServerLoop::process_input(std::uint64_t id, Connection& connection) {
     const FrameScan scan = scan_frame(available, max_payload);
     if (scan.state == FrameScan::State::incomplete) break;
     if (scan.state == FrameScan::State::too_long) {
-      warnings_.warn(name_, "closing the connection from " + connection.peer + ": a message of " +
-                                std::to_string(scan.length) + " bytes exceeds " +
-                                (connection.greeted ? "max_message_bytes (" : "the limit before HELLO (") +
-                                std::to_string(max_payload) + ")");
+      warnings_.warn(name_,
+                     "closing the connection from " + connection.peer + ": a message of " +
+                         std::to_string(scan.length) + " bytes exceeds " +
+                         (connection.greeted ? "max_message_bytes (" : "the limit before HELLO (") +
+                         std::to_string(max_payload) + ")");
       close(id, connection, "message too long", /*expected=*/true);
       return;
     }
@@ -306,9 +308,9 @@ void ServerLoop::enforce_deadlines(Clock::time_point now) {
   }
   if (now < next_stall_check_) return;
   next_stall_check_ =
-      now + std::min<Clock::duration>(kStallCheckEvery, std::max<Clock::duration>(
-                                                            options_.stall_timeout / 4,
-                                                            std::chrono::milliseconds(10)));
+      now + std::min<Clock::duration>(kStallCheckEvery,
+                                      std::max<Clock::duration>(options_.stall_timeout / 4,
+                                                                std::chrono::milliseconds(10)));
   for (auto& [id, connection] : connections_) {
     // A pending request waits for the server, not for the client: not a stall.
     if (connection.closed || !connection.greeted || connection.pending ||
@@ -336,8 +338,8 @@ void ServerLoop::close(std::uint64_t id, Connection& connection, std::string_vie
       COHORT_LOG(debug) << name_ << ": closing the connection from " << connection.peer << ": "
                         << reason;
     } else {
-      warnings_.warn(name_, "closing the connection from " + connection.peer + ": " +
-                                std::string(reason));
+      warnings_.warn(name_,
+                     "closing the connection from " + connection.peer + ": " + std::string(reason));
     }
     if (!connection.greeted) unauthenticated_.erase({connection.accepted_at, id});
     --open_connections_;

@@ -1,7 +1,7 @@
 #include <cohort/launch/tcp_store.hpp>
 
-#include <cohort/core/env.hpp>
 #include <cohort/core/backoff.hpp>
+#include <cohort/core/env.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 
@@ -309,9 +309,13 @@ std::unique_ptr<Store> TcpStore::clone() const {
   return copy;
 }
 
-std::string TcpStore::describe() const { return impl_->description; }
+std::string TcpStore::describe() const {
+  return impl_->description;
+}
 
-int TcpStore::port() const noexcept { return impl_->options.port; }
+int TcpStore::port() const noexcept {
+  return impl_->options.port;
+}
 
 // Note [The store outlives its host's last call]
 // Under mpirun or srun the store server lives in rank 0's process. Rank 0 can finish a run's last

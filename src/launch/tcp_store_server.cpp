@@ -232,9 +232,9 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_
                  "TcpStoreServer token of " + std::to_string(options.token.size()) +
                      " bytes is longer than the most a HELLO carries (" +
                      std::to_string(detail::tcp::kMaxTokenBytes) + " bytes)");
-  COHORT_EXPECTS(options.hello_timeout > Milliseconds::zero() &&
-                     options.stall_timeout > Milliseconds::zero(),
-                 "TcpStoreServer hello_timeout and stall_timeout must be positive");
+  COHORT_EXPECTS(
+      options.hello_timeout > Milliseconds::zero() && options.stall_timeout > Milliseconds::zero(),
+      "TcpStoreServer hello_timeout and stall_timeout must be positive");
   COHORT_EXPECTS(options.max_connections > 0 && options.max_unauthenticated > 0,
                  "TcpStoreServer max_connections and max_unauthenticated must be at least 1");
   UniqueFd listener = detail::tcp::listen_on(options.host, options.port);
@@ -255,9 +255,13 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_
   COHORT_LOG(debug) << impl_->name << " listening";
 }
 
-TcpStoreServer::~TcpStoreServer() { stop(); }
+TcpStoreServer::~TcpStoreServer() {
+  stop();
+}
 
-int TcpStoreServer::port() const noexcept { return impl_->port; }
+int TcpStoreServer::port() const noexcept {
+  return impl_->port;
+}
 
 std::size_t TcpStoreServer::held_requests() const {
   std::lock_guard lock(impl_->stop_mutex);

@@ -119,7 +119,7 @@ struct TorchStore::Impl {
   std::string description;
   std::mutex mutex;
   detail::UniqueFd socket;
-  std::string broken;  // why the connection is unusable; empty while it works
+  std::string broken;        // why the connection is unusable; empty while it works
   const char* pending = "";  // the command whose reply is awaited, for messages
 
   void connect(Milliseconds timeout);
@@ -312,6 +312,8 @@ std::unique_ptr<Store> TorchStore::clone() const {
   return std::make_unique<TorchStore>(impl_->host, impl_->port, timeout());
 }
 
-std::string TorchStore::describe() const { return impl_->description; }
+std::string TorchStore::describe() const {
+  return impl_->description;
+}
 
 }  // namespace cohort

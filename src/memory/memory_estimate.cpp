@@ -84,8 +84,9 @@ MemoryFit memory_fit(std::size_t bytes, bool device_is_cuda, bool oversubscribab
     // Note [Oversubscribed managed memory]
     if (device_available == 0 || host_available == 0) return fit;
     fit.available = device_available + host_available;
-    fit.where = "the GPU's free memory and the host's available memory together (managed memory "
-                "that oversubscribes the GPU spills to the host)";
+    fit.where =
+        "the GPU's free memory and the host's available memory together (managed memory "
+        "that oversubscribes the GPU spills to the host)";
   } else {
     fit.available = device_available;
     fit.where = device_is_cuda ? "the GPU's free memory" : "the host's available memory";
@@ -132,9 +133,9 @@ void check_memory_fits(const MemoryResource& resource, std::size_t bytes, std::s
   const MemoryAvailability host = memory_availability(Device::host());
   const detail::MemoryFit fit = detail::memory_fit(bytes, true, true, gpu.bytes, host.bytes);
   if (fit.fits) return;
-  check_memory_fits(MemoryAvailability{fit.available, fit.where + ": " + gpu.source + " and " +
-                                                          host.source},
-                    device, bytes, 1, what);
+  check_memory_fits(
+      MemoryAvailability{fit.available, fit.where + ": " + gpu.source + " and " + host.source},
+      device, bytes, 1, what);
 }
 
 }  // namespace cohort

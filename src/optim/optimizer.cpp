@@ -27,7 +27,8 @@ void check_schedule(const LrSchedule& schedule) {
     COHORT_EXPECTS(schedule.warmup_steps >= 0 && schedule.warmup_steps <= schedule.total_steps &&
                        schedule.total_steps >= 1,
                    "a warm-up and cosine schedule needs 0 <= warmup_steps <= total_steps and "
-                   "total_steps >= 1, got " + std::to_string(schedule.warmup_steps) + " and " +
+                   "total_steps >= 1, got " +
+                       std::to_string(schedule.warmup_steps) + " and " +
                        std::to_string(schedule.total_steps));
     COHORT_EXPECTS(schedule.min_factor >= 0.0f && schedule.min_factor <= 1.0f,
                    "a schedule's min_factor must be in [0, 1]");
@@ -50,8 +51,12 @@ std::shared_ptr<MemoryResource> scalar_resource(const std::shared_ptr<MemoryReso
   return device_memory ? state : default_state_resource(device);
 }
 
-int world_size(const Communicator* comm) { return comm != nullptr ? comm->size() : 1; }
-int world_rank(const Communicator* comm) { return comm != nullptr ? comm->rank() : 0; }
+int world_size(const Communicator* comm) {
+  return comm != nullptr ? comm->size() : 1;
+}
+int world_rank(const Communicator* comm) {
+  return comm != nullptr ? comm->rank() : 0;
+}
 
 }  // namespace
 
@@ -73,10 +78,10 @@ OptimizerImpl::OptimizerImpl(const OptimizerTarget& target, const OptimizerConfi
     count_ = target.grads.count();
     std::size_t next = 0;
     for (const OptimizerPiece& piece : target.pieces) {
-      COHORT_EXPECTS(piece.shard_offset == next &&
-                         piece.param_offset + piece.count <= target.params.count(),
-                     "an optimizer's pieces must cover the gradient shard in order, each inside "
-                     "the parameters");
+      COHORT_EXPECTS(
+          piece.shard_offset == next && piece.param_offset + piece.count <= target.params.count(),
+          "an optimizer's pieces must cover the gradient shard in order, each inside "
+          "the parameters");
       next += piece.count;
     }
     COHORT_EXPECTS(target.pieces.empty() || next == count_,
@@ -169,11 +174,10 @@ std::vector<kernels::StepArrays> OptimizerImpl::piece_arrays() {
   std::vector<kernels::StepArrays> pieces;
   pieces.reserve(target_.pieces.size());
   for (const OptimizerPiece& piece : target_.pieces) {
-    pieces.push_back(kernels::StepArrays{params_.slice(piece.param_offset, piece.count),
-                                         grads_.slice(piece.shard_offset, piece.count),
-                                         at(master_, piece.shard_offset),
-                                         at(state0_, piece.shard_offset),
-                                         at(state1_, piece.shard_offset)});
+    pieces.push_back(kernels::StepArrays{
+        params_.slice(piece.param_offset, piece.count),
+        grads_.slice(piece.shard_offset, piece.count), at(master_, piece.shard_offset),
+        at(state0_, piece.shard_offset), at(state1_, piece.shard_offset)});
   }
   return pieces;
 }
@@ -263,8 +267,8 @@ void OptimizerImpl::step() {
   args.use_scaler = scaler_ != nullptr;
   if (scaler_ != nullptr) {
     const LossScalerOptions& o = scaler_->options();
-    args.scaler = kernels::LossScalerParams{o.growth_factor, o.backoff_factor,
-                                            o.growth_interval, o.min_scale, o.max_scale};
+    args.scaler = kernels::LossScalerParams{o.growth_factor, o.backoff_factor, o.growth_interval,
+                                            o.min_scale, o.max_scale};
   }
   kernels::StepScalars* scalars_pointer = scalars();
   kernels::LossScalerState* scaler_pointer = scaler_state();
@@ -284,13 +288,13 @@ void OptimizerImpl::step() {
   }
 #endif
   if (!is_cuda()) {
-    stream.enqueue([pieces = piece_arrays(), hyper = config_.hyper, args, scalars_pointer,
-                    scaler_pointer] {
-      kernels::prepare_step(*scalars_pointer, scaler_pointer, args);
-      for (const kernels::StepArrays& piece : pieces) {
-        kernels::host::optimizer_step(piece, hyper, *scalars_pointer);
-      }
-    });
+    stream.enqueue(
+        [pieces = piece_arrays(), hyper = config_.hyper, args, scalars_pointer, scaler_pointer] {
+          kernels::prepare_step(*scalars_pointer, scaler_pointer, args);
+          for (const kernels::StepArrays& piece : pieces) {
+            kernels::host::optimizer_step(piece, hyper, *scalars_pointer);
+          }
+        });
   }
   if (config_.sharded && !target_.grads_sharded && world_size(target_.comm) > 1) {
     target_.comm->all_gather(params_, target_.params, stream);
@@ -401,31 +405,61 @@ std::vector<const Optimizer*> optimizers_stepping(const void* params) {
   return found;
 }
 
-void Optimizer::step() { impl_->step(); }
-void Optimizer::write_after(const Event& event) { impl_->write_after(event); }
+void Optimizer::step() {
+  impl_->step();
+}
+void Optimizer::write_after(const Event& event) {
+  impl_->write_after(event);
+}
 void Optimizer::call_before_next_write(std::function<void()> release) {
   impl_->call_before_next_write(std::move(release));
 }
-void Optimizer::set_loss_scaler(LossScaler* scaler) { impl_->set_loss_scaler(scaler); }
+void Optimizer::set_loss_scaler(LossScaler* scaler) {
+  impl_->set_loss_scaler(scaler);
+}
 GradNorm Optimizer::clip_grad_norm(float max_norm) {
   impl_->request_clip(max_norm);
   return GradNorm(this);
 }
-float Optimizer::learning_rate() const noexcept { return impl_->lr(); }
-void Optimizer::set_learning_rate(float lr) { impl_->set_lr(lr); }
-std::int64_t Optimizer::steps_taken() const { return impl_->steps_taken(); }
-TensorView Optimizer::steps_taken_view() const { return impl_->steps_taken_view(); }
-void Optimizer::restore_steps_taken(std::int64_t steps) { impl_->restore_steps_taken(steps); }
+float Optimizer::learning_rate() const noexcept {
+  return impl_->lr();
+}
+void Optimizer::set_learning_rate(float lr) {
+  impl_->set_lr(lr);
+}
+std::int64_t Optimizer::steps_taken() const {
+  return impl_->steps_taken();
+}
+TensorView Optimizer::steps_taken_view() const {
+  return impl_->steps_taken_view();
+}
+void Optimizer::restore_steps_taken(std::int64_t steps) {
+  impl_->restore_steps_taken(steps);
+}
 const char* Optimizer::rule_name() const noexcept {
   return impl_->config().hyper.rule == kernels::UpdateRule::adamw ? "adamw" : "sgd";
 }
-bool Optimizer::is_sharded() const noexcept { return impl_->is_sharded(); }
-std::size_t Optimizer::shard_offset() const noexcept { return impl_->offset(); }
-std::size_t Optimizer::shard_count() const noexcept { return impl_->count(); }
-std::size_t Optimizer::state_bytes() const noexcept { return impl_->state_bytes(); }
-std::vector<OptimizerStateView> Optimizer::state() const { return impl_->state(); }
-const OptimizerTarget& Optimizer::target() const noexcept { return impl_->target(); }
+bool Optimizer::is_sharded() const noexcept {
+  return impl_->is_sharded();
+}
+std::size_t Optimizer::shard_offset() const noexcept {
+  return impl_->offset();
+}
+std::size_t Optimizer::shard_count() const noexcept {
+  return impl_->count();
+}
+std::size_t Optimizer::state_bytes() const noexcept {
+  return impl_->state_bytes();
+}
+std::vector<OptimizerStateView> Optimizer::state() const {
+  return impl_->state();
+}
+const OptimizerTarget& Optimizer::target() const noexcept {
+  return impl_->target();
+}
 
-float GradNorm::value() const { return optimizer_->impl_->read_grad_norm(); }
+float GradNorm::value() const {
+  return optimizer_->impl_->read_grad_norm();
+}
 
 }  // namespace cohort

@@ -55,7 +55,9 @@ class OptimizerImpl {
   void set_lr(float lr);
 
  private:
-  kernels::StepScalars* scalars() noexcept { return static_cast<kernels::StepScalars*>(scalars_.data()); }
+  kernels::StepScalars* scalars() noexcept {
+    return static_cast<kernels::StepScalars*>(scalars_.data());
+  }
   const kernels::StepScalars* scalars() const noexcept {
     return static_cast<const kernels::StepScalars*>(scalars_.data());
   }

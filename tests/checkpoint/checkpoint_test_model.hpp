@@ -28,11 +28,16 @@ enum class OptimizerKind { none, sgd, adamw, zero1_sgd, zero1_adamw };
 
 inline const char* name_of(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::none: return "none";
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::adamw: return "adamw";
-    case OptimizerKind::zero1_sgd: return "zero1_sgd";
-    case OptimizerKind::zero1_adamw: return "zero1_adamw";
+    case OptimizerKind::none:
+      return "none";
+    case OptimizerKind::sgd:
+      return "sgd";
+    case OptimizerKind::adamw:
+      return "adamw";
+    case OptimizerKind::zero1_sgd:
+      return "zero1_sgd";
+    case OptimizerKind::zero1_adamw:
+      return "zero1_adamw";
   }
   return "?";
 }
@@ -62,7 +67,8 @@ struct TestRun {
     options.gradient_sync =
         zero1 ? cohort::GradientSync::reduce_scatter : cohort::GradientSync::all_reduce;
     options.init = [](cohort::DataParallel& d) {
-      fill(d.param_arena().slice(0, d.plan().used_count), [](std::size_t e) { return std::sin(0.1 * static_cast<double>(e)) + 0.01; });
+      fill(d.param_arena().slice(0, d.plan().used_count),
+           [](std::size_t e) { return std::sin(0.1 * static_cast<double>(e)) + 0.01; });
     };
     dp = std::make_unique<cohort::DataParallel>(world, registry, options);
     const cohort::OptimizerTarget target = cohort::target_of(*dp);
@@ -70,20 +76,26 @@ struct TestRun {
     const cohort::AdamWOptions adamw{.lr = 1e-2f,
                                      .schedule = cohort::LrSchedule::warmup_cosine(2, 20, 0.1f)};
     switch (kind) {
-      case OptimizerKind::none: break;
-      case OptimizerKind::sgd: optimizer = std::make_unique<cohort::Sgd>(target, sgd); break;
-      case OptimizerKind::adamw: optimizer = std::make_unique<cohort::AdamW>(target, adamw); break;
+      case OptimizerKind::none:
+        break;
+      case OptimizerKind::sgd:
+        optimizer = std::make_unique<cohort::Sgd>(target, sgd);
+        break;
+      case OptimizerKind::adamw:
+        optimizer = std::make_unique<cohort::AdamW>(target, adamw);
+        break;
       case OptimizerKind::zero1_sgd:
-        optimizer = std::make_unique<cohort::ShardedOptimizer>(target, sgd, cohort::sharded_options_of(*dp));
+        optimizer = std::make_unique<cohort::ShardedOptimizer>(target, sgd,
+                                                               cohort::sharded_options_of(*dp));
         break;
       case OptimizerKind::zero1_adamw:
-        optimizer = std::make_unique<cohort::ShardedOptimizer>(target, adamw, cohort::sharded_options_of(*dp));
+        optimizer = std::make_unique<cohort::ShardedOptimizer>(target, adamw,
+                                                               cohort::sharded_options_of(*dp));
         break;
     }
     if (with_scaler && optimizer) {
-      scaler = std::make_unique<cohort::LossScaler>(world.device(), cohort::LossScalerOptions{
-                                                                        .initial_scale = 8.0f,
-                                                                        .growth_interval = 2});
+      scaler = std::make_unique<cohort::LossScaler>(
+          world.device(), cohort::LossScalerOptions{.initial_scale = 8.0f, .growth_interval = 2});
       optimizer->set_loss_scaler(scaler.get());
     }
   }
@@ -106,7 +118,8 @@ struct TestRun {
     fill(dp->grad_arena().slice(0, dp->plan().used_count), [&](std::size_t e) {
       return scale * 0.1 * std::sin(0.37 * step + 0.011 * static_cast<double>(e) + 0.5 * rank);
     });
-    for (std::uint32_t i = 0; i < dp->registry().size(); ++i) dp->grad_ready(cohort::ParamHandle{i});
+    for (std::uint32_t i = 0; i < dp->registry().size(); ++i)
+      dp->grad_ready(cohort::ParamHandle{i});
     dp->sync_grads();
     if (optimizer) optimizer->step();
     dp->compute_stream().synchronize();

@@ -60,11 +60,13 @@ struct GpuRun {
     cohort::DataParallelOptions options;
     options.init = [](cohort::DataParallel& d) {
       std::vector<float> values(d.plan().used_count);
-      for (std::size_t e = 0; e < values.size(); ++e) values[e] = std::sin(0.1f * static_cast<float>(e)) + 0.01f;
+      for (std::size_t e = 0; e < values.size(); ++e)
+        values[e] = std::sin(0.1f * static_cast<float>(e)) + 0.01f;
       upload(d.param_arena(), values);
     };
     dp = std::make_unique<cohort::DataParallel>(world, registry, options);
-    optimizer = std::make_unique<cohort::AdamW>(cohort::target_of(*dp), cohort::AdamWOptions{.lr = 1e-2f});
+    optimizer =
+        std::make_unique<cohort::AdamW>(cohort::target_of(*dp), cohort::AdamWOptions{.lr = 1e-2f});
   }
 
   /// One step with gradients that depend on (step, rank, element).
@@ -76,7 +78,8 @@ struct GpuRun {
                                  0.5f * static_cast<float>(dp->world().rank()));
     }
     upload(dp->grad_arena(), grads);
-    for (std::uint32_t i = 0; i < dp->registry().size(); ++i) dp->grad_ready(cohort::ParamHandle{i});
+    for (std::uint32_t i = 0; i < dp->registry().size(); ++i)
+      dp->grad_ready(cohort::ParamHandle{i});
     dp->sync_grads();
     optimizer->step();
   }
@@ -102,24 +105,29 @@ TEST(CheckpointGpu, AsyncSaveThroughPinnedMemoryResumesBitwiseEqual) {
     std::mutex mutex;
     std::vector<std::vector<float>> uninterrupted(static_cast<std::size_t>(ranks));
     std::vector<std::vector<float>> resumed(static_cast<std::size_t>(ranks));
-    cohort::run_local(ranks, [&](cohort::World& world) {
-      const cohort::CheckpointOptions options{.directory = folder.path(), .gather_replicated = gather};
-      GpuRun original(world, registry);
-      cohort::Checkpointer saver(*original.dp, original.optimizer.get(), options);
-      for (int step = 0; step < kSavedStep; ++step) original.step(step);
-      saver.save_async({kSavedStep, 0, 0, ""});
-      for (int step = kSavedStep; step < kSteps; ++step) original.step(step);  // overlap the copy
-      saver.wait();
+    cohort::run_local(
+        ranks,
+        [&](cohort::World& world) {
+          const cohort::CheckpointOptions options{.directory = folder.path(),
+                                                  .gather_replicated = gather};
+          GpuRun original(world, registry);
+          cohort::Checkpointer saver(*original.dp, original.optimizer.get(), options);
+          for (int step = 0; step < kSavedStep; ++step) original.step(step);
+          saver.save_async({kSavedStep, 0, 0, ""});
+          for (int step = kSavedStep; step < kSteps; ++step)
+            original.step(step);  // overlap the copy
+          saver.wait();
 
-      GpuRun again(world, registry);
-      cohort::Checkpointer loader(*again.dp, again.optimizer.get(), options);
-      ASSERT_TRUE(loader.load().has_value());
-      EXPECT_EQ(again.optimizer->steps_taken(), kSavedStep);
-      for (int step = kSavedStep; step < kSteps; ++step) again.step(step);
-      const std::lock_guard lock(mutex);
-      uninterrupted[static_cast<std::size_t>(world.rank())] = download(*original.dp);
-      resumed[static_cast<std::size_t>(world.rank())] = download(*again.dp);
-    }, world_options);
+          GpuRun again(world, registry);
+          cohort::Checkpointer loader(*again.dp, again.optimizer.get(), options);
+          ASSERT_TRUE(loader.load().has_value());
+          EXPECT_EQ(again.optimizer->steps_taken(), kSavedStep);
+          for (int step = kSavedStep; step < kSteps; ++step) again.step(step);
+          const std::lock_guard lock(mutex);
+          uninterrupted[static_cast<std::size_t>(world.rank())] = download(*original.dp);
+          resumed[static_cast<std::size_t>(world.rank())] = download(*again.dp);
+        },
+        world_options);
     for (int rank = 0; rank < ranks; ++rank) {
       const auto r = static_cast<std::size_t>(rank);
       ASSERT_FALSE(uninterrupted[r].empty());
@@ -142,26 +150,30 @@ TEST(CheckpointGpu, PreemptionIsAgreedWithoutWaitingForTheStep) {
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::nccl;
   world_options.timeout = std::chrono::seconds(60);
-  cohort::run_local(1, [](cohort::World& world) {
-    const cohort::Stream stream = cohort::Stream::create(world.device());
-    layers::Math math(stream);
-    cohort::clear_preemption();
-    {
-      cohort::PreemptionWatch watch(world, stream);
-      EXPECT_FALSE(watch.agreed());  // call 0: nothing agreed before it
-      math.simulate(std::chrono::seconds(2));
-      const auto start = std::chrono::steady_clock::now();
-      EXPECT_FALSE(watch.agreed());  // call 1: the answer of call 0, which came before the kernel
-      const double took =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(took, 0.5) << "agreed() waited for the 2 s kernel";
-      EXPECT_FALSE(stream.ready()) << "the kernel ended before agreed() returned";
-      cohort::request_preemption();
-      EXPECT_FALSE(watch.agreed());  // call 2: the flags of call 1
-      EXPECT_TRUE(watch.agreed());   // call 3: the flags of call 2
-    }  // waits for the all-reduce of call 3
-    cohort::clear_preemption();
-  }, world_options);
+  cohort::run_local(
+      1,
+      [](cohort::World& world) {
+        const cohort::Stream stream = cohort::Stream::create(world.device());
+        layers::Math math(stream);
+        cohort::clear_preemption();
+        {
+          cohort::PreemptionWatch watch(world, stream);
+          EXPECT_FALSE(watch.agreed());  // call 0: nothing agreed before it
+          math.simulate(std::chrono::seconds(2));
+          const auto start = std::chrono::steady_clock::now();
+          EXPECT_FALSE(
+              watch.agreed());  // call 1: the answer of call 0, which came before the kernel
+          const double took =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          EXPECT_LT(took, 0.5) << "agreed() waited for the 2 s kernel";
+          EXPECT_FALSE(stream.ready()) << "the kernel ended before agreed() returned";
+          cohort::request_preemption();
+          EXPECT_FALSE(watch.agreed());  // call 2: the flags of call 1
+          EXPECT_TRUE(watch.agreed());   // call 3: the flags of call 2
+        }                                // waits for the all-reduce of call 3
+        cohort::clear_preemption();
+      },
+      world_options);
 #endif
 }
 

@@ -37,7 +37,8 @@ constexpr unsigned kSeed = 20261203;
 pid_t start(const std::vector<std::string>& arguments, const fs::path& log) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   std::vector<char*> argv;
   for (const std::string& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
@@ -100,10 +101,12 @@ std::string latest_of(const fs::path& checkpoints) {
 TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
   const std::string cohortrun = cohort_test::build_path("tools/cohortrun/cohortrun");
   const std::string train_mlp = cohort_test::build_path("examples/train_mlp/train_mlp");
-  if (!fs::exists(cohortrun) || !fs::exists(train_mlp)) GTEST_SKIP() << "cohortrun or train_mlp not built";
+  if (!fs::exists(cohortrun) || !fs::exists(train_mlp))
+    GTEST_SKIP() << "cohortrun or train_mlp not built";
   cohort_test::TemporaryFolder folder;
-  const std::vector<std::string> model = {"--host", "--steps", "3000", "--hidden", "32", "--layers", "2",
-                                          "--global-batch", "64", "--zero1", "--log-every", "0"};
+  const std::vector<std::string> model = {"--host", "--steps",  "3000",        "--hidden",
+                                          "32",     "--layers", "2",           "--global-batch",
+                                          "64",     "--zero1",  "--log-every", "0"};
   auto command = [&](std::vector<std::string> launcher, const std::vector<std::string>& extra) {
     launcher.push_back(train_mlp);
     launcher.insert(launcher.end(), model.begin(), model.end());
@@ -111,9 +114,10 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
     return launcher;
   };
 
-  const pid_t reference = start(command({cohortrun, "--nproc-per-node", "2"},
-                                        {"--params-out", (folder.path() / "reference.bin").string()}),
-                                folder.path() / "reference.log");
+  const pid_t reference =
+      start(command({cohortrun, "--nproc-per-node", "2"},
+                    {"--params-out", (folder.path() / "reference.bin").string()}),
+            folder.path() / "reference.log");
   ASSERT_EQ(wait_for(reference), 0) << read_file(folder.path() / "reference.log");
 
   // Restarts back off from 0.1 s (strikes during start-up, which end an attempt within the cap,
@@ -121,8 +125,8 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
   const pid_t launcher = start(
       command({cohortrun, "--nproc-per-node", "2", "--max-restarts", "100", "--grace", "20",
                "--kill-timeout", "1", "--restart-delay", "0.1", "--max-restart-delay", "1"},
-              {"--checkpoint-dir", (folder.path() / "checkpoints").string(), "--checkpoint-every", "5",
-               "--params-out", (folder.path() / "resumed.bin").string()}),
+              {"--checkpoint-dir", (folder.path() / "checkpoints").string(), "--checkpoint-every",
+               "5", "--params-out", (folder.path() / "resumed.bin").string()}),
       folder.path() / "resumed.log");
   const fs::path checkpoints = folder.path() / "checkpoints";
   std::mt19937 random(kSeed);
@@ -134,7 +138,9 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
     for (auto deadline = std::chrono::steady_clock::now() + 60s;
          std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
       ranks = ranks_of(launcher);
-      std::erase_if(ranks, [&](pid_t pid) { return std::find(killed.begin(), killed.end(), pid) != killed.end(); });
+      std::erase_if(ranks, [&](pid_t pid) {
+        return std::find(killed.begin(), killed.end(), pid) != killed.end();
+      });
       if (ranks.size() == 2 || has_exited(launcher)) break;
     }
     if (ranks.size() != 2) break;  // cohortrun ended (the test fails below) or never restarted
@@ -159,12 +165,15 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
   }
   const int status = wait_for(launcher);
   const std::string log = read_file(folder.path() / "resumed.log");
-  EXPECT_EQ(interruptions, kInterruptions) << "the run ended before every interruption: give it more steps\n" << log;
+  EXPECT_EQ(interruptions, kInterruptions)
+      << "the run ended before every interruption: give it more steps\n"
+      << log;
   ASSERT_EQ(status, 0) << log;
   const std::string expected = read_file(folder.path() / "reference.bin");
   ASSERT_FALSE(expected.empty());
   EXPECT_TRUE(read_file(folder.path() / "resumed.bin") == expected)
-      << "the interrupted run's parameters differ from the uninterrupted run's\n" << log;
+      << "the interrupted run's parameters differ from the uninterrupted run's\n"
+      << log;
   EXPECT_TRUE(cohort_test::contains(log, "resumed from step"));
   EXPECT_TRUE(cohort_test::contains(log, "preempted; saved step"));
 }

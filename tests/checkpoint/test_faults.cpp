@@ -32,14 +32,18 @@ constexpr int kRanks = 2;
 /// Saves checkpoints at steps 2 and 4 of a 2-rank AdamW run with ZeRO-1.
 void save_two(const std::filesystem::path& folder) {
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = folder});
-    for (int step = 0; step < 4; ++step) {
-      run.step(step);
-      if (step % 2 == 1) checkpoints.save({step + 1, 0, 0, "state " + std::to_string(step + 1)});
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = folder});
+        for (int step = 0; step < 4; ++step) {
+          run.step(step);
+          if (step % 2 == 1)
+            checkpoints.save({step + 1, 0, 0, "state " + std::to_string(step + 1)});
+        }
+      },
+      cohort_test::host_world());
 }
 
 /// Loads into a fresh 2-rank model whose parameters are first set to a sentinel; returns the
@@ -57,29 +61,32 @@ LoadOutcome try_load(const std::filesystem::path& folder, bool fallback = false,
   LoadOutcome outcome;
   std::mutex mutex;
   std::vector<bool> failed(static_cast<std::size_t>(ranks));
-  cohort::run_local(ranks, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    TestRun::fill(run.dp->param_arena(), [](std::size_t) { return 42.0; });
-    const std::vector<unsigned char> sentinel = run.params();
-    cohort::Checkpointer checkpoints(
-        *run.dp, run.optimizer.get(),
-        {.directory = folder, .fallback = fallback, .allow_resharding = allow_resharding});
-    std::string error;
-    std::int64_t step = -1;
-    try {
-      if (auto state = checkpoints.load()) step = state->step;
-    } catch (const CheckpointError& failure) {
-      error = failure.what();
-    }
-    const bool untouched = run.params() == sentinel && run.optimizer->steps_taken() == 0;
-    const std::lock_guard lock(mutex);
-    failed[static_cast<std::size_t>(world.rank())] = !error.empty();
-    if (world.rank() == 0) {
-      outcome.error = error;
-      outcome.step = step;
-      outcome.untouched = untouched;
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      ranks,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        TestRun::fill(run.dp->param_arena(), [](std::size_t) { return 42.0; });
+        const std::vector<unsigned char> sentinel = run.params();
+        cohort::Checkpointer checkpoints(
+            *run.dp, run.optimizer.get(),
+            {.directory = folder, .fallback = fallback, .allow_resharding = allow_resharding});
+        std::string error;
+        std::int64_t step = -1;
+        try {
+          if (auto state = checkpoints.load()) step = state->step;
+        } catch (const CheckpointError& failure) {
+          error = failure.what();
+        }
+        const bool untouched = run.params() == sentinel && run.optimizer->steps_taken() == 0;
+        const std::lock_guard lock(mutex);
+        failed[static_cast<std::size_t>(world.rank())] = !error.empty();
+        if (world.rank() == 0) {
+          outcome.error = error;
+          outcome.step = step;
+          outcome.untouched = untouched;
+        }
+      },
+      cohort_test::host_world());
   // Every rank fails, or none does.
   EXPECT_EQ(std::count(failed.begin(), failed.end(), failed[0]), ranks);
   return outcome;
@@ -189,19 +196,24 @@ void expect_stopped_save_keeps_previous(cohort::SavePoint point, int stopping_ra
   TemporaryFolder folder;
   save_two(folder.path());
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    cohort::CheckpointOptions options{.directory = folder.path()};
-    options.test_hook = [&](cohort::SavePoint reached) {
-      if (reached == point && world.rank() == stopping_rank) throw std::runtime_error("stopped here");
-    };
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
-    run.step(0);
-    const std::string error = cohort_test::message_of<CheckpointError>(
-        [&] { checkpoints.save({6, 0, 0, ""}); });
-    EXPECT_TRUE(contains(error, "stopped here")) << error;
-    EXPECT_TRUE(contains(error, "step-000000000006 was not saved")) << error;
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::CheckpointOptions options{.directory = folder.path()};
+        options.test_hook = [&](cohort::SavePoint reached) {
+          if (reached == point && world.rank() == stopping_rank)
+            throw std::runtime_error("stopped here");
+        };
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+        run.step(0);
+        const std::string error = cohort_test::message_of<CheckpointError>([&] {
+          checkpoints.save({6, 0, 0, ""});
+        });
+        EXPECT_TRUE(contains(error, "stopped here")) << error;
+        EXPECT_TRUE(contains(error, "step-000000000006 was not saved")) << error;
+      },
+      cohort_test::host_world());
   const LoadOutcome outcome = try_load(folder.path());
   EXPECT_EQ(outcome.error, "");
   EXPECT_EQ(outcome.step, 4);
@@ -228,13 +240,18 @@ TEST(CheckpointFaults, UnwritableDirectoryIsAClearError) {
   const auto blocked = folder.path() / "file-not-folder";
   std::ofstream(blocked) << "x";
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::sgd);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = blocked / "sub"});
-    const std::string error = cohort_test::message_of<CheckpointError>(
-        [&] { checkpoints.save({1, 0, 0, ""}); });
-    EXPECT_TRUE(contains(error, "cannot prepare")) << error;
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::sgd);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = blocked / "sub"});
+        const std::string error = cohort_test::message_of<CheckpointError>([&] {
+          checkpoints.save({1, 0, 0, ""});
+        });
+        EXPECT_TRUE(contains(error, "cannot prepare")) << error;
+      },
+      cohort_test::host_world());
 }
 
 /// A tmpfs of `size` mounted at `at` for the test's lifetime (unmounted on every exit path).
@@ -275,21 +292,24 @@ TEST(CheckpointFaults, DiskFullDuringASaveKeepsThePreviousAndSaysSo) {
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   std::int64_t last_saved = 0;
   std::vector<std::string> errors(kRanks);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = directory, .keep_last = 0});
-    for (int step = 0; step < 64; ++step) {
-      run.step(step);
-      try {
-        checkpoints.save({step + 1, 0, 0, std::string(6000, 'x')});
-        if (world.rank() == 0) last_saved = step + 1;
-      } catch (const CheckpointError& failure) {
-        errors[static_cast<std::size_t>(world.rank())] = failure.what();
-        return;
-      }
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = directory, .keep_last = 0});
+        for (int step = 0; step < 64; ++step) {
+          run.step(step);
+          try {
+            checkpoints.save({step + 1, 0, 0, std::string(6000, 'x')});
+            if (world.rank() == 0) last_saved = step + 1;
+          } catch (const CheckpointError& failure) {
+            errors[static_cast<std::size_t>(world.rank())] = failure.what();
+            return;
+          }
+        }
+      },
+      cohort_test::host_world());
   ASSERT_GE(last_saved, 1) << "not even the first save fitted: " << errors[0];
   ASSERT_LT(last_saved, 64) << "64 KiB never filled up";
   for (const std::string& error : errors) {

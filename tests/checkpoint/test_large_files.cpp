@@ -39,14 +39,16 @@ struct LargeRun {
   LargeRun(cohort::World& world, const cohort::ParamRegistry& registry, double seed, int steps) {
     dp = std::make_unique<cohort::DataParallel>(
         world, registry, cohort::DataParallelOptions{.init = [seed](cohort::DataParallel& d) {
-          cohort_test::TestRun::fill(d.param_arena().slice(0, d.plan().used_count),
-                                     [seed](std::size_t e) { return std::sin(seed + 1e-3 * static_cast<double>(e)); });
+          cohort_test::TestRun::fill(
+              d.param_arena().slice(0, d.plan().used_count),
+              [seed](std::size_t e) { return std::sin(seed + 1e-3 * static_cast<double>(e)); });
         }});
-    optimizer = std::make_unique<cohort::AdamW>(cohort::target_of(*dp), cohort::AdamWOptions{.lr = 1e-2f});
+    optimizer =
+        std::make_unique<cohort::AdamW>(cohort::target_of(*dp), cohort::AdamWOptions{.lr = 1e-2f});
     for (int step = 0; step < steps; ++step) {
-      cohort_test::TestRun::fill(dp->grad_arena().slice(0, dp->plan().used_count), [&](std::size_t e) {
-        return std::cos(0.3 * step + 7e-4 * static_cast<double>(e));
-      });
+      cohort_test::TestRun::fill(
+          dp->grad_arena().slice(0, dp->plan().used_count),
+          [&](std::size_t e) { return std::cos(0.3 * step + 7e-4 * static_cast<double>(e)); });
       dp->grad_ready(cohort::ParamHandle{0});
       dp->sync_grads();
       optimizer->step();
@@ -76,33 +78,40 @@ TEST_P(LargeFiles, RoundTripBitwiseAndAFlippedByteInTheSecondChunkIsCaught) {
   const cohort::ParamRegistry registry = large_registry();
   std::mutex mutex;
   std::vector<std::vector<unsigned char>> saved(kRanks);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    LargeRun run(world, registry, 0.5, 3);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = folder.path(), .direct_io = direct_io});
-    checkpoints.save({3, 0, 0, "blob"});
-    const std::lock_guard lock(mutex);
-    saved[static_cast<std::size_t>(world.rank())] = run.state();
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        LargeRun run(world, registry, 0.5, 3);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path(), .direct_io = direct_io});
+        checkpoints.save({3, 0, 0, "blob"});
+        const std::lock_guard lock(mutex);
+        saved[static_cast<std::size_t>(world.rank())] = run.state();
+      },
+      cohort_test::host_world());
   const auto file = folder.path() / "step-000000000003" / "rank-1.bin";
   ASSERT_GT(std::filesystem::file_size(file), std::size_t{5} << 20);
   EXPECT_NE(std::filesystem::file_size(file) % 4096, 0u);
 
   auto load = [&](std::string& error) {
     std::vector<std::vector<unsigned char>> loaded(kRanks);
-    cohort::run_local(kRanks, [&](cohort::World& world) {
-      LargeRun run(world, registry, 2.0, 1);  // other values everywhere
-      cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = folder.path()});
-      std::string failure;
-      try {
-        EXPECT_EQ(checkpoints.load()->user_blob, "blob");
-      } catch (const cohort::CheckpointError& caught) {
-        failure = caught.what();
-      }
-      const std::lock_guard lock(mutex);
-      if (world.rank() == 0) error = failure;
-      loaded[static_cast<std::size_t>(world.rank())] = run.state();
-    }, cohort_test::host_world());
+    cohort::run_local(
+        kRanks,
+        [&](cohort::World& world) {
+          LargeRun run(world, registry, 2.0, 1);  // other values everywhere
+          cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                           {.directory = folder.path()});
+          std::string failure;
+          try {
+            EXPECT_EQ(checkpoints.load()->user_blob, "blob");
+          } catch (const cohort::CheckpointError& caught) {
+            failure = caught.what();
+          }
+          const std::lock_guard lock(mutex);
+          if (world.rank() == 0) error = failure;
+          loaded[static_cast<std::size_t>(world.rank())] = run.state();
+        },
+        cohort_test::host_world());
     return loaded;
   };
   std::string error;
@@ -138,18 +147,22 @@ TEST(CheckpointDeletion, OldCheckpointsAndLeftoversAreGone) {
   std::filesystem::create_directories(folder.path() / ".incomplete-step-000000000007");
   std::ofstream(folder.path() / ".latest.tmp-999999") << "step-000000000007\n";  // a crash's
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(kRanks, [&](cohort::World& world) {
-    cohort_test::TestRun run(world, registry, cohort_test::OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = folder.path(), .keep_last = 1});
-    for (int step = 1; step <= 3; ++step) {
-      run.step(step);
-      checkpoints.save({step, 0, 0, ""});
-      if (world.rank() == 0) {
-        EXPECT_FALSE(std::filesystem::exists(folder.path() / ("step-00000000000" + std::to_string(step - 1))));
-      }
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      kRanks,
+      [&](cohort::World& world) {
+        cohort_test::TestRun run(world, registry, cohort_test::OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path(), .keep_last = 1});
+        for (int step = 1; step <= 3; ++step) {
+          run.step(step);
+          checkpoints.save({step, 0, 0, ""});
+          if (world.rank() == 0) {
+            EXPECT_FALSE(std::filesystem::exists(folder.path() /
+                                                 ("step-00000000000" + std::to_string(step - 1))));
+          }
+        }
+      },
+      cohort_test::host_world());
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(folder.path())) {
     names.push_back(entry.path().filename().string());

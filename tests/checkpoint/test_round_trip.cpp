@@ -57,43 +57,47 @@ TEST_P(RoundTrip, ResumedRunIsBitwiseEqualToUninterruptedOne) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(c.dtype);
   const bool scaler = c.dtype != DType::f32 && c.kind != OptimizerKind::none;
-  cohort::run_local(c.ranks, [&](cohort::World& world) {
-    TestRun original(world, registry, c.kind, scaler);
-    // No optimizer: `without_optimizer`.
-    const auto saver = cohort_test::checkpointer_of(original, {.directory = folder.path()});
-    for (int step = 0; step < kSavedStep; ++step) original.step(step);
-    const cohort::TrainingState saved{kSavedStep, 2, 96, "blob of rank 0"};
-    if (c.async) {
-      saver->save_async(saved);
-    } else {
-      saver->save(saved);
-    }
-    for (int step = kSavedStep; step < kSteps; ++step) original.step(step);  // overlaps the write
-    saver->wait();
+  cohort::run_local(
+      c.ranks,
+      [&](cohort::World& world) {
+        TestRun original(world, registry, c.kind, scaler);
+        // No optimizer: `without_optimizer`.
+        const auto saver = cohort_test::checkpointer_of(original, {.directory = folder.path()});
+        for (int step = 0; step < kSavedStep; ++step) original.step(step);
+        const cohort::TrainingState saved{kSavedStep, 2, 96, "blob of rank 0"};
+        if (c.async) {
+          saver->save_async(saved);
+        } else {
+          saver->save(saved);
+        }
+        for (int step = kSavedStep; step < kSteps; ++step)
+          original.step(step);  // overlaps the write
+        saver->wait();
 
-    TestRun resumed(world, registry, c.kind, scaler);
-    // The asynchronous cases load with all-gathered slices of the replicated arrays.
-    const auto loader = cohort_test::checkpointer_of(
-        resumed, {.directory = folder.path(), .gather_replicated = c.async});
-    const std::optional<cohort::TrainingState> state = loader->load();
-    ASSERT_TRUE(state.has_value());
-    EXPECT_EQ(state->step, kSavedStep);
-    EXPECT_EQ(state->epoch, 2u);
-    EXPECT_EQ(state->data_position, 96u);
-    EXPECT_EQ(state->user_blob, "blob of rank 0");
-    for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
-    EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
-    EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
-    if (original.optimizer) {
-      EXPECT_EQ(resumed.optimizer->steps_taken(), original.optimizer->steps_taken());
-    }
-    if (scaler) {
-      const auto a = original.scaler->read(original.dp->compute_stream());
-      const auto b = resumed.scaler->read(resumed.dp->compute_stream());
-      EXPECT_EQ(a.scale, b.scale);
-      EXPECT_EQ(a.growth_tracker, b.growth_tracker);
-    }
-  }, cohort_test::host_world());
+        TestRun resumed(world, registry, c.kind, scaler);
+        // The asynchronous cases load with all-gathered slices of the replicated arrays.
+        const auto loader = cohort_test::checkpointer_of(
+            resumed, {.directory = folder.path(), .gather_replicated = c.async});
+        const std::optional<cohort::TrainingState> state = loader->load();
+        ASSERT_TRUE(state.has_value());
+        EXPECT_EQ(state->step, kSavedStep);
+        EXPECT_EQ(state->epoch, 2u);
+        EXPECT_EQ(state->data_position, 96u);
+        EXPECT_EQ(state->user_blob, "blob of rank 0");
+        for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
+        EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
+        EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
+        if (original.optimizer) {
+          EXPECT_EQ(resumed.optimizer->steps_taken(), original.optimizer->steps_taken());
+        }
+        if (scaler) {
+          const auto a = original.scaler->read(original.dp->compute_stream());
+          const auto b = resumed.scaler->read(resumed.dp->compute_stream());
+          EXPECT_EQ(a.scale, b.scale);
+          EXPECT_EQ(a.growth_tracker, b.growth_tracker);
+        }
+      },
+      cohort_test::host_world());
   EXPECT_TRUE(std::filesystem::exists(folder.path() / "step-000000000003" / "manifest.json"));
 }
 
@@ -111,13 +115,13 @@ std::vector<RoundTripCase> round_trip_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoint, RoundTrip, ::testing::ValuesIn(round_trip_cases()),
-    [](const ::testing::TestParamInfo<RoundTripCase>& param) {
-      return std::string(cohort_test::name_of(param.param.kind)) + "_" +
-             std::string(cohort::to_string(param.param.dtype)) + "_" +
-             std::to_string(param.param.ranks) + "ranks" + (param.param.async ? "_async" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Checkpoint, RoundTrip, ::testing::ValuesIn(round_trip_cases()),
+                         [](const ::testing::TestParamInfo<RoundTripCase>& param) {
+                           return std::string(cohort_test::name_of(param.param.kind)) + "_" +
+                                  std::string(cohort::to_string(param.param.dtype)) + "_" +
+                                  std::to_string(param.param.ranks) + "ranks" +
+                                  (param.param.async ? "_async" : "");
+                         });
 
 /// What the 4-rank run had when it saved: the parameters and every state array, whole.
 struct GlobalState {
@@ -171,41 +175,50 @@ TEST_P(Resharding, Zero1StateResplitsFrom4To2To3To4Ranks) {
   const cohort::CheckpointOptions options{.directory = folder.path(),
                                           .gather_replicated = dtype == DType::bf16};
   GlobalState global;
-  cohort::run_local(4, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
-    for (int step = 0; step < kSavedStep; ++step) run.step(step);
-    checkpoints.save({kSavedStep, 0, 4 * 24, "x"});
-    record(global, run);  // each rank its own shard
-    for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
-    if (world.rank() == 0) {
-      const std::lock_guard lock(global.mutex);
-      global.final_params = run.params();
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      4,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+        for (int step = 0; step < kSavedStep; ++step) run.step(step);
+        checkpoints.save({kSavedStep, 0, 4 * 24, "x"});
+        record(global, run);  // each rank its own shard
+        for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
+        if (world.rank() == 0) {
+          const std::lock_guard lock(global.mutex);
+          global.final_params = run.params();
+        }
+      },
+      cohort_test::host_world());
 
   for (const int ranks : {2, 3}) {
-    cohort::run_local(ranks, [&](cohort::World& world) {
-      TestRun run(world, registry, OptimizerKind::zero1_adamw);
-      cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
-      const std::optional<cohort::TrainingState> state = checkpoints.load();
-      ASSERT_TRUE(state.has_value());
-      EXPECT_EQ(state->data_position, 96u);
-      EXPECT_EQ(run.optimizer->steps_taken(), kSavedStep);
-      expect_matches(global, run);
-      checkpoints.save(*state);  // the same step again: replaces `latest`
-    }, cohort_test::host_world());
+    cohort::run_local(
+        ranks,
+        [&](cohort::World& world) {
+          TestRun run(world, registry, OptimizerKind::zero1_adamw);
+          cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+          const std::optional<cohort::TrainingState> state = checkpoints.load();
+          ASSERT_TRUE(state.has_value());
+          EXPECT_EQ(state->data_position, 96u);
+          EXPECT_EQ(run.optimizer->steps_taken(), kSavedStep);
+          expect_matches(global, run);
+          checkpoints.save(*state);  // the same step again: replaces `latest`
+        },
+        cohort_test::host_world());
   }
 
-  cohort::run_local(4, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
-    ASSERT_TRUE(checkpoints.load().has_value());
-    expect_matches(global, run);
-    for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
-    const std::lock_guard lock(global.mutex);
-    EXPECT_EQ(run.params(), global.final_params) << "rank " << world.rank();
-  }, cohort_test::host_world());
+  cohort::run_local(
+      4,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), options);
+        ASSERT_TRUE(checkpoints.load().has_value());
+        expect_matches(global, run);
+        for (int step = kSavedStep; step < kSteps; ++step) run.step(step);
+        const std::lock_guard lock(global.mutex);
+        EXPECT_EQ(run.params(), global.final_params) << "rank " << world.rank();
+      },
+      cohort_test::host_world());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoint, Resharding, ::testing::Values(DType::f32, DType::bf16),
@@ -298,17 +311,20 @@ TEST(Resharding, ResumeOnAnotherWorldSizeSaysSoAndIsWithinRoundingNotBitwise) {
 TEST(AsyncSave, ASecondRequestWaitsForTheFirstAndKeepLastPrunes) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = folder.path(), .keep_last = 2});
-    for (int step = 0; step < 5; ++step) {
-      run.step(step);
-      checkpoints.save_async({step + 1, 0, 0, ""});
-    }
-    checkpoints.wait();
-    EXPECT_FALSE(checkpoints.save_in_flight());
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path(), .keep_last = 2});
+        for (int step = 0; step < 5; ++step) {
+          run.step(step);
+          checkpoints.save_async({step + 1, 0, 0, ""});
+        }
+        checkpoints.wait();
+        EXPECT_FALSE(checkpoints.save_in_flight());
+      },
+      cohort_test::host_world());
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(folder.path())) {
     names.push_back(entry.path().filename().string());
@@ -325,33 +341,37 @@ TEST(AsyncSave, TheNextStepStagesWhatTheWriterHasNotReadBeforeItWrites) {
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun original(world, registry, OptimizerKind::adamw);
-    cohort::CheckpointOptions options{.directory = folder.path()};
-    options.test_hook = [released](cohort::SavePoint point) {
-      if (point == cohort::SavePoint::shard_started) {
-        (void)released.wait_for(std::chrono::seconds(10));
-      }
-    };
-    cohort::Checkpointer saver(*original.dp, original.optimizer.get(), options);
-    for (int step = 0; step < kSavedStep; ++step) original.step(step);
-    saver.save_async({kSavedStep, 0, 0, ""});
-    const auto start = std::chrono::steady_clock::now();
-    for (int step = kSavedStep; step < kSteps; ++step) original.step(step);
-    const auto took = std::chrono::steady_clock::now() - start;
-    EXPECT_TRUE(saver.save_in_flight()) << "the writer was not held";
-    // Rank 0's steps end after every rank's first step (they all-reduce together).
-    if (world.rank() == 0) release.set_value();
-    saver.wait();
-    EXPECT_LT(took, std::chrono::seconds(5)) << "the steps waited for the held writer";
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun original(world, registry, OptimizerKind::adamw);
+        cohort::CheckpointOptions options{.directory = folder.path()};
+        options.test_hook = [released](cohort::SavePoint point) {
+          if (point == cohort::SavePoint::shard_started) {
+            (void)released.wait_for(std::chrono::seconds(10));
+          }
+        };
+        cohort::Checkpointer saver(*original.dp, original.optimizer.get(), options);
+        for (int step = 0; step < kSavedStep; ++step) original.step(step);
+        saver.save_async({kSavedStep, 0, 0, ""});
+        const auto start = std::chrono::steady_clock::now();
+        for (int step = kSavedStep; step < kSteps; ++step) original.step(step);
+        const auto took = std::chrono::steady_clock::now() - start;
+        EXPECT_TRUE(saver.save_in_flight()) << "the writer was not held";
+        // Rank 0's steps end after every rank's first step (they all-reduce together).
+        if (world.rank() == 0) release.set_value();
+        saver.wait();
+        EXPECT_LT(took, std::chrono::seconds(5)) << "the steps waited for the held writer";
 
-    TestRun resumed(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(), {.directory = folder.path()});
-    ASSERT_TRUE(loader.load().has_value());
-    for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
-    EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
-    EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
-  }, cohort_test::host_world());
+        TestRun resumed(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer loader(*resumed.dp, resumed.optimizer.get(),
+                                    {.directory = folder.path()});
+        ASSERT_TRUE(loader.load().has_value());
+        for (int step = kSavedStep; step < kSteps; ++step) resumed.step(step);
+        EXPECT_EQ(resumed.params(), original.params()) << "rank " << world.rank();
+        EXPECT_EQ(state_of(resumed), state_of(original)) << "rank " << world.rank();
+      },
+      cohort_test::host_world());
 }
 
 // Two Checkpointers of one optimizer (say, a local and a remote folder), both saving with their
@@ -361,36 +381,40 @@ TEST(AsyncSave, TwoCheckpointersOfOneOptimizerBothKeepTheSavedState) {
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  cohort::run_local(1, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    auto options_for = [&](const std::filesystem::path& directory) {
-      cohort::CheckpointOptions options{.directory = directory};
-      options.test_hook = [released](cohort::SavePoint point) {
-        if (point == cohort::SavePoint::shard_started) {
-          (void)released.wait_for(std::chrono::seconds(10));
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        auto options_for = [&](const std::filesystem::path& directory) {
+          cohort::CheckpointOptions options{.directory = directory};
+          options.test_hook = [released](cohort::SavePoint point) {
+            if (point == cohort::SavePoint::shard_started) {
+              (void)released.wait_for(std::chrono::seconds(10));
+            }
+          };
+          return options;
+        };
+        cohort::Checkpointer first(*run.dp, run.optimizer.get(), options_for(first_folder.path()));
+        cohort::Checkpointer second(*run.dp, run.optimizer.get(),
+                                    options_for(second_folder.path()));
+        run.step(0);
+        const std::vector<unsigned char> params = run.params();
+        const auto state = state_of(run);
+        first.save_async({1, 0, 0, ""});
+        second.save_async({1, 0, 0, ""});
+        run.step(1);
+        release.set_value();
+        first.wait();
+        second.wait();
+        ASSERT_NE(run.params(), params);
+        for (const auto* folder : {&first_folder, &second_folder}) {
+          cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder->path()});
+          ASSERT_TRUE(loader.load().has_value());
+          EXPECT_EQ(run.params(), params) << folder->path();
+          EXPECT_EQ(state_of(run), state) << folder->path();
         }
-      };
-      return options;
-    };
-    cohort::Checkpointer first(*run.dp, run.optimizer.get(), options_for(first_folder.path()));
-    cohort::Checkpointer second(*run.dp, run.optimizer.get(), options_for(second_folder.path()));
-    run.step(0);
-    const std::vector<unsigned char> params = run.params();
-    const auto state = state_of(run);
-    first.save_async({1, 0, 0, ""});
-    second.save_async({1, 0, 0, ""});
-    run.step(1);
-    release.set_value();
-    first.wait();
-    second.wait();
-    ASSERT_NE(run.params(), params);
-    for (const auto* folder : {&first_folder, &second_folder}) {
-      cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder->path()});
-      ASSERT_TRUE(loader.load().has_value());
-      EXPECT_EQ(run.params(), params) << folder->path();
-      EXPECT_EQ(state_of(run), state) << folder->path();
-    }
-  }, cohort_test::host_world());
+      },
+      cohort_test::host_world());
 }
 
 // The same with the writer free: a file of several write chunks, and steps right after
@@ -400,29 +424,32 @@ TEST(AsyncSave, StepsDuringTheWriteLeaveTheSavedStateInTheFile) {
   TemporaryFolder folder;
   cohort::ParamRegistry registry;
   registry.add("big", {600'000});  // 7.2 MB of file with AdamW's two moments: 2 write chunks
-  cohort::run_local(1, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = folder.path(), .keep_last = 1});
-    int step = 0;
-    for (const int pause_ms : {0, 1, 2, 4}) {
-      run.step(step++);
-      const std::vector<unsigned char> params = run.params();
-      const auto state = state_of(run);
-      checkpoints.save_async({step, 0, 0, ""});
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-      // Straight to the update, with the gradients of the last step (filling new ones would
-      // give the writer time to finish first).
-      run.optimizer->step();
-      run.dp->compute_stream().synchronize();
-      checkpoints.wait();
-      ASSERT_NE(run.params(), params) << "the steps changed nothing";
-      cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder.path()});
-      ASSERT_TRUE(loader.load().has_value());
-      EXPECT_EQ(run.params(), params) << "after a pause of " << pause_ms << " ms";
-      EXPECT_EQ(state_of(run), state) << "after a pause of " << pause_ms << " ms";
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path(), .keep_last = 1});
+        int step = 0;
+        for (const int pause_ms : {0, 1, 2, 4}) {
+          run.step(step++);
+          const std::vector<unsigned char> params = run.params();
+          const auto state = state_of(run);
+          checkpoints.save_async({step, 0, 0, ""});
+          std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+          // Straight to the update, with the gradients of the last step (filling new ones would
+          // give the writer time to finish first).
+          run.optimizer->step();
+          run.dp->compute_stream().synchronize();
+          checkpoints.wait();
+          ASSERT_NE(run.params(), params) << "the steps changed nothing";
+          cohort::Checkpointer loader(*run.dp, run.optimizer.get(), {.directory = folder.path()});
+          ASSERT_TRUE(loader.load().has_value());
+          EXPECT_EQ(run.params(), params) << "after a pause of " << pause_ms << " ms";
+          EXPECT_EQ(state_of(run), state) << "after a pause of " << pause_ms << " ms";
+        }
+      },
+      cohort_test::host_world());
 }
 
 // Note [Checkpoint counters]: save_async copies the optimizer's step counter and the loss
@@ -447,8 +474,7 @@ TEST(AsyncSave, ReturnsWhileTheComputeStreamIsBusy) {
     // waits for the stream then takes that long instead of hanging).
     std::promise<void> release;
     std::shared_future<void> released = release.get_future().share();
-    dp.compute_stream().enqueue(
-        [released] { (void)released.wait_for(std::chrono::seconds(10)); });
+    dp.compute_stream().enqueue([released] { (void)released.wait_for(std::chrono::seconds(10)); });
     const auto start = std::chrono::steady_clock::now();
     saver.save_async({7, 0, 0, ""});
     const auto took = std::chrono::steady_clock::now() - start;

@@ -33,14 +33,17 @@ using cohort_test::TestRun;
 TEST(CheckpointOptimizer, ANullOptimizerIsAnErrorNamingTheChoices) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(1, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Optimizer* none = nullptr;
-    const std::string error = cohort_test::message_of<cohort::InvalidArgument>(
-        [&] { cohort::Checkpointer checkpoints(*run.dp, none, {.directory = folder.path()}); });
-    EXPECT_TRUE(contains(error, "cohort::without_optimizer")) << error;
-    EXPECT_TRUE(contains(error, "the optimizer")) << error;
-  }, cohort_test::host_world());
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Optimizer* none = nullptr;
+        const std::string error = cohort_test::message_of<cohort::InvalidArgument>(
+            [&] { cohort::Checkpointer checkpoints(*run.dp, none, {.directory = folder.path()}); });
+        EXPECT_TRUE(contains(error, "cohort::without_optimizer")) << error;
+        EXPECT_TRUE(contains(error, "the optimizer")) << error;
+      },
+      cohort_test::host_world());
 }
 
 // A Checkpointer built without_optimizer while an optimizer steps the parameters would leave its
@@ -48,16 +51,19 @@ TEST(CheckpointOptimizer, ANullOptimizerIsAnErrorNamingTheChoices) {
 TEST(CheckpointOptimizer, WithoutOptimizerWhileAnOptimizerStepsTheParametersIsAnError) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(1, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::zero1_adamw);
-    const std::string error = cohort_test::message_of<cohort::InvalidArgument>([&] {
-      cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
-                                       {.directory = folder.path()});
-    });
-    EXPECT_TRUE(contains(error, "a ZeRO-1 adamw optimizer steps these parameters")) << error;
-    EXPECT_TRUE(contains(error, "exp_avg")) << error;
-    EXPECT_TRUE(contains(error, "Checkpointer(dp, &optimizer, options)")) << error;
-  }, cohort_test::host_world());
+  cohort::run_local(
+      1,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::zero1_adamw);
+        const std::string error = cohort_test::message_of<cohort::InvalidArgument>([&] {
+          cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
+                                           {.directory = folder.path()});
+        });
+        EXPECT_TRUE(contains(error, "a ZeRO-1 adamw optimizer steps these parameters")) << error;
+        EXPECT_TRUE(contains(error, "exp_avg")) << error;
+        EXPECT_TRUE(contains(error, "Checkpointer(dp, &optimizer, options)")) << error;
+      },
+      cohort_test::host_world());
 }
 
 // The optimizer built after the Checkpointer: every save and load refuses while it lives, and
@@ -65,27 +71,36 @@ TEST(CheckpointOptimizer, WithoutOptimizerWhileAnOptimizerStepsTheParametersIsAn
 TEST(CheckpointOptimizer, AnOptimizerBuiltAfterwardsStopsSavesAndLoadsWithoutOptimizer) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::none);
-    cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
-                                     {.directory = folder.path()});
-    run.step(0);
-    checkpoints.save({1, 0, 0, ""});
-    {
-      cohort::Sgd sgd(cohort::target_of(*run.dp), {.lr = 0.1f, .momentum = 0.9f});
-      for (const auto& attempt : std::vector<std::function<void()>>{
-               [&] { checkpoints.save({2, 0, 0, ""}); },
-               [&] { checkpoints.save_async({2, 0, 0, ""}); }, [&] { (void)checkpoints.load(); }}) {
-        const std::string error = cohort_test::message_of<cohort::InvalidArgument>(attempt);
-        EXPECT_TRUE(contains(error, "with cohort::without_optimizer while an sgd optimizer steps "
-                                    "these parameters: its state (momentum_buffer"))
-            << error;
-      }
-    }
-    EXPECT_FALSE(std::filesystem::exists(folder.path() / "step-000000000002"));
-    checkpoints.save({2, 0, 0, ""});
-    ASSERT_TRUE(checkpoints.load().has_value());
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::none);
+        cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
+                                         {.directory = folder.path()});
+        run.step(0);
+        checkpoints.save({1, 0, 0, ""});
+        {
+          cohort::Sgd sgd(cohort::target_of(*run.dp), {.lr = 0.1f, .momentum = 0.9f});
+          for (const auto& attempt :
+               std::vector<std::function<void()>>{[&] {
+                                                    checkpoints.save({2, 0, 0, ""});
+                                                  },
+                                                  [&] {
+                                                    checkpoints.save_async({2, 0, 0, ""});
+                                                  },
+                                                  [&] { (void)checkpoints.load(); }}) {
+            const std::string error = cohort_test::message_of<cohort::InvalidArgument>(attempt);
+            EXPECT_TRUE(contains(error,
+                                 "with cohort::without_optimizer while an sgd optimizer steps "
+                                 "these parameters: its state (momentum_buffer"))
+                << error;
+          }
+        }
+        EXPECT_FALSE(std::filesystem::exists(folder.path() / "step-000000000002"));
+        checkpoints.save({2, 0, 0, ""});
+        ASSERT_TRUE(checkpoints.load().has_value());
+      },
+      cohort_test::host_world());
 }
 
 // Parameters alone, where no optimizer steps them (an evaluation), load from a checkpoint that
@@ -94,33 +109,43 @@ TEST(CheckpointOptimizer, WithoutOptimizerLoadsTheParametersOfAnyCheckpoint) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   std::vector<unsigned char> saved;
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = folder.path()});
-    for (int step = 0; step < 3; ++step) run.step(step);
-    checkpoints.save({3, 0, 0, ""});
-    if (world.rank() == 0) saved = run.params();
-  }, cohort_test::host_world());
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun evaluation(world, registry, OptimizerKind::none);
-    cohort::Checkpointer checkpoints(*evaluation.dp, cohort::without_optimizer,
-                                     {.directory = folder.path()});
-    ASSERT_TRUE(checkpoints.load().has_value());
-    EXPECT_EQ(evaluation.params(), saved);
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path()});
+        for (int step = 0; step < 3; ++step) run.step(step);
+        checkpoints.save({3, 0, 0, ""});
+        if (world.rank() == 0) saved = run.params();
+      },
+      cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun evaluation(world, registry, OptimizerKind::none);
+        cohort::Checkpointer checkpoints(*evaluation.dp, cohort::without_optimizer,
+                                         {.directory = folder.path()});
+        ASSERT_TRUE(checkpoints.load().has_value());
+        EXPECT_EQ(evaluation.params(), saved);
+      },
+      cohort_test::host_world());
 }
 
 /// Saves steps 2 and 4 of a model without optimizer state.
 void save_without_optimizer(const std::filesystem::path& folder) {
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::none);
-    cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer, {.directory = folder});
-    for (int step = 0; step < 4; ++step) {
-      run.step(step);
-      if (step % 2 == 1) checkpoints.save({step + 1, 0, 0, ""});
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::none);
+        cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer, {.directory = folder});
+        for (int step = 0; step < 4; ++step) {
+          run.step(step);
+          if (step % 2 == 1) checkpoints.save({step + 1, 0, 0, ""});
+        }
+      },
+      cohort_test::host_world());
 }
 
 /// Loads `folder` into a 2-rank AdamW model; returns rank 0's error (empty: it loaded) and the
@@ -129,18 +154,21 @@ std::pair<std::string, int> load_into_adamw(const std::filesystem::path& folder,
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
   std::string error;
   int status = 0;
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
-                                     {.directory = folder, .fallback = fallback});
-    try {
-      (void)checkpoints.load();
-    } catch (const UnloadableCheckpoint& failure) {
-      if (world.rank() == 0) error = failure.what(), status = cohort::exit_status_for(failure);
-    } catch (const std::exception& failure) {
-      if (world.rank() == 0) error = std::string("not UnloadableCheckpoint: ") + failure.what();
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder, .fallback = fallback});
+        try {
+          (void)checkpoints.load();
+        } catch (const UnloadableCheckpoint& failure) {
+          if (world.rank() == 0) error = failure.what(), status = cohort::exit_status_for(failure);
+        } catch (const std::exception& failure) {
+          if (world.rank() == 0) error = std::string("not UnloadableCheckpoint: ") + failure.what();
+        }
+      },
+      cohort_test::host_world());
   return {error, status};
 }
 
@@ -161,7 +189,8 @@ TEST(CheckpointUnloadable, SavedBeforeTheOptimizerExistedSaysWhatToDo) {
 
   std::tie(error, status) = load_into_adamw(folder.path(), /*fallback=*/true);
   EXPECT_EQ(status, cohort::kConfigErrorExitStatus) << error;
-  EXPECT_TRUE(contains(error, "can load into this program, and a restart cannot fix this")) << error;
+  EXPECT_TRUE(contains(error, "can load into this program, and a restart cannot fix this"))
+      << error;
   EXPECT_TRUE(contains(error, "step-000000000004: it holds no optimizer state")) << error;
   EXPECT_TRUE(contains(error, "step-000000000002: it holds no optimizer state")) << error;
   EXPECT_TRUE(contains(error, "start with a new checkpoint directory")) << error;
@@ -172,14 +201,18 @@ TEST(CheckpointUnloadable, SavedBeforeTheOptimizerExistedSaysWhatToDo) {
 TEST(CheckpointUnloadable, DamagedLatestWithoutFallbackSaysHowToLoadThePrevious) {
   TemporaryFolder folder;
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::adamw);
-    cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(), {.directory = folder.path()});
-    for (int step = 0; step < 4; ++step) {
-      run.step(step);
-      if (step % 2 == 1) checkpoints.save({step + 1, 0, 0, ""});
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::adamw);
+        cohort::Checkpointer checkpoints(*run.dp, run.optimizer.get(),
+                                         {.directory = folder.path()});
+        for (int step = 0; step < 4; ++step) {
+          run.step(step);
+          if (step % 2 == 1) checkpoints.save({step + 1, 0, 0, ""});
+        }
+      },
+      cohort_test::host_world());
   const auto file = folder.path() / "step-000000000004" / "rank-1.bin";
   std::filesystem::resize_file(file, std::filesystem::file_size(file) - 8);
   auto [error, status] = load_into_adamw(folder.path(), /*fallback=*/false);
@@ -198,20 +231,23 @@ TEST(CheckpointUnloadable, AFailureToReadStaysACheckpointErrorARestartMayFix) {
   std::filesystem::remove(manifest);
   std::filesystem::create_directory(manifest);  // reading it fails (EISDIR)
   const cohort::ParamRegistry registry = cohort_test::test_registry(DType::f32);
-  cohort::run_local(2, [&](cohort::World& world) {
-    TestRun run(world, registry, OptimizerKind::none);
-    cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
-                                     {.directory = folder.path()});
-    try {
-      (void)checkpoints.load();
-      ADD_FAILURE() << "loaded a checkpoint whose manifest is a folder";
-    } catch (const UnloadableCheckpoint& failure) {
-      ADD_FAILURE() << "an I/O error is not an UnloadableCheckpoint: " << failure.what();
-    } catch (const CheckpointError& failure) {
-      EXPECT_TRUE(contains(failure.what(), "manifest.json")) << failure.what();
-      EXPECT_EQ(cohort::exit_status_for(failure), cohort::kFailedExitStatus);
-    }
-  }, cohort_test::host_world());
+  cohort::run_local(
+      2,
+      [&](cohort::World& world) {
+        TestRun run(world, registry, OptimizerKind::none);
+        cohort::Checkpointer checkpoints(*run.dp, cohort::without_optimizer,
+                                         {.directory = folder.path()});
+        try {
+          (void)checkpoints.load();
+          ADD_FAILURE() << "loaded a checkpoint whose manifest is a folder";
+        } catch (const UnloadableCheckpoint& failure) {
+          ADD_FAILURE() << "an I/O error is not an UnloadableCheckpoint: " << failure.what();
+        } catch (const CheckpointError& failure) {
+          EXPECT_TRUE(contains(failure.what(), "manifest.json")) << failure.what();
+          EXPECT_EQ(cohort::exit_status_for(failure), cohort::kFailedExitStatus);
+        }
+      },
+      cohort_test::host_world());
 }
 
 // Note [Exit statuses] in exit_status.hpp.
@@ -227,9 +263,14 @@ TEST(CheckpointExitStatus, OnlyErrorsARestartCannotFixMapTo78) {
 }
 
 cohort::SamplerOptions sampler_options(std::uint32_t batch_per_rank, int rank, int ranks) {
-  return {.dataset_size = 1000, .batch_per_rank = batch_per_rank, .rank = rank,
-          .world_size = ranks, .seed = 7, .shuffle = true,
-          .last_batch = cohort::LastBatch::drop, .resource = nullptr};
+  return {.dataset_size = 1000,
+          .batch_per_rank = batch_per_rank,
+          .rank = rank,
+          .world_size = ranks,
+          .seed = 7,
+          .shuffle = true,
+          .last_batch = cohort::LastBatch::drop,
+          .resource = nullptr};
 }
 
 // The state after a step, from a 2-rank sampler, puts a 3-rank sampler of the same global batch
@@ -237,7 +278,7 @@ cohort::SamplerOptions sampler_options(std::uint32_t batch_per_rank, int rank, i
 TEST(TrainingStateSampler, AtAndSeekResumeTheNextBatchOnAnyNumberOfRanks) {
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   cohort::DistributedSampler two(sampler_options(6, 0, 2), stream);  // global batch 12
-  for (int step = 0; step < 85; ++step) (void)two.next_batch();     // 83 steps an epoch
+  for (int step = 0; step < 85; ++step) (void)two.next_batch();      // 83 steps an epoch
   const cohort::TrainingState state = cohort::TrainingState::at(85, two, "blob");
   EXPECT_EQ(state.step, 85);
   EXPECT_EQ(state.epoch, 1u);
@@ -261,7 +302,7 @@ TEST(TrainingStateSampler, AtAndSeekResumeTheNextBatchOnAnyNumberOfRanks) {
 TEST(TrainingStateSampler, SeekRefusesAPositionOfAnotherGlobalBatch) {
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
   cohort::DistributedSampler sampler(sampler_options(4, 0, 2), stream);  // global batch 8
-  const cohort::TrainingState saved{5, 0, 5 * 12, ""};                  // 5 batches of 12
+  const cohort::TrainingState saved{5, 0, 5 * 12, ""};                   // 5 batches of 12
   const std::string error =
       cohort_test::message_of<cohort::InvalidArgument>([&] { saved.seek(sampler); });
   EXPECT_TRUE(contains(error, "sample 60 of epoch 0")) << error;

@@ -39,9 +39,9 @@
 #include <exception>
 #include <filesystem>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #if COHORT_WITH_CUDA
@@ -49,15 +49,21 @@ namespace {
 
 /// Rank r contributes (r + 1) + (i % 3): small integers whose sums and halves are exact in every
 /// dtype checked here.
-double contribution(int rank, std::size_t i) { return rank + 1 + static_cast<double>(i % 3); }
+double contribution(int rank, std::size_t i) {
+  return rank + 1 + static_cast<double>(i % 3);
+}
 
 double expected(cohort::ReduceOp op, int n, std::size_t i) {
   const double tail = static_cast<double>(i % 3);
   switch (op) {
-    case cohort::ReduceOp::sum: return n * (n + 1) / 2.0 + n * tail;
-    case cohort::ReduceOp::avg: return (n + 1) / 2.0 + tail;
-    case cohort::ReduceOp::min: return 1.0 + tail;
-    case cohort::ReduceOp::max: return n + tail;
+    case cohort::ReduceOp::sum:
+      return n * (n + 1) / 2.0 + n * tail;
+    case cohort::ReduceOp::avg:
+      return (n + 1) / 2.0 + tail;
+    case cohort::ReduceOp::min:
+      return 1.0 + tail;
+    case cohort::ReduceOp::max:
+      return n + tail;
   }
   return 0.0;
 }
@@ -104,8 +110,8 @@ int failures = 0;
 
 void fail(int rank, const std::string& what, std::size_t i, double got, double want) {
   if (++failures <= 5) {
-    std::fprintf(stderr, "rank %d: %s element %zu is %g, expected %g\n", rank, what.c_str(), i,
-                 got, want);
+    std::fprintf(stderr, "rank %d: %s element %zu is %g, expected %g\n", rank, what.c_str(), i, got,
+                 want);
   }
 }
 
@@ -236,8 +242,8 @@ int check_fault(cohort::World& world, const cohort::Stream& stream, const std::s
     expect(timed_out, "not a TimeoutError: " + message);
     expect(waited >= deadline, "failed after " + std::to_string(waited) + " s, before the " +
                                    std::to_string(deadline) + " s deadline: " + message);
-    expect(waited < deadline + 5.0, "failed " + std::to_string(waited - deadline) +
-                                         " s after the deadline: " + message);
+    expect(waited < deadline + 5.0,
+           "failed " + std::to_string(waited - deadline) + " s after the deadline: " + message);
     expect(message.find("ranks that had not arrived: rank 1") != std::string::npos,
            "rank 1 is not named: " + message);
   } else {

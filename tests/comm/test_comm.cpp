@@ -1,5 +1,5 @@
-// Every collective, dtype and reduce op on the host backend (each transport), with ranks as threads, over world
-// sizes 1 to 8, with counts 0, 1, odd and large, against closed-form results.
+// Every collective, dtype and reduce op on the host backend (each transport), with ranks as
+// threads, over world sizes 1 to 8, with counts 0, 1, odd and large, against closed-form results.
 #include <cohort/comm/world.hpp>
 #include <cohort/core/stream.hpp>
 
@@ -14,15 +14,15 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
-using ::testing::HasSubstr;
 using cohort_test::from_double;
 using cohort_test::to_double;
+using ::testing::HasSubstr;
 
 constexpr std::size_t kCounts[] = {0, 1, 1001, 65537};
 constexpr cohort::ReduceOp kOps[] = {cohort::ReduceOp::sum, cohort::ReduceOp::avg,
@@ -37,16 +37,22 @@ cohort::WorldOptions host_options() {
 
 // Rank r contributes (r + 1) + (i % 3) at element i: small integers, exact in every dtype, with
 // sums that fit in u8 for 8 ranks.
-double contribution(int rank, std::size_t i) { return rank + 1 + static_cast<double>(i % 3); }
+double contribution(int rank, std::size_t i) {
+  return rank + 1 + static_cast<double>(i % 3);
+}
 
 double expected(cohort::ReduceOp op, int ranks, std::size_t i, bool integer) {
   const double k = static_cast<double>(i % 3);
   const double sum = ranks * (ranks + 1) / 2.0 + ranks * k;
   switch (op) {
-    case cohort::ReduceOp::sum: return sum;
-    case cohort::ReduceOp::avg: return integer ? std::trunc(sum / ranks) : sum / ranks;
-    case cohort::ReduceOp::min: return 1 + k;
-    case cohort::ReduceOp::max: return ranks + k;
+    case cohort::ReduceOp::sum:
+      return sum;
+    case cohort::ReduceOp::avg:
+      return integer ? std::trunc(sum / ranks) : sum / ranks;
+    case cohort::ReduceOp::min:
+      return 1 + k;
+    case cohort::ReduceOp::max:
+      return ranks + k;
   }
   return 0;
 }
@@ -149,16 +155,17 @@ TEST_P(EveryCollective, MatchesClosedFormResults) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EveryCollective, ::testing::Range(1, 9),
-                         [](const auto& param_info) { return std::to_string(param_info.param) + "ranks"; });
+                         [](const auto& param_info) {
+                           return std::to_string(param_info.param) + "ranks";
+                         });
 
 // All-reduces of several chunks and a part of one, at each chunk size the shared-memory path
 // picks (64, 128, 256 and 512 KiB: a quarter of the all-reduce), and of several slots: every
 // chunk and every rank's share of it lands in the right place, exactly.
 TEST(World, AllReduceOfSeveralChunksIsExact) {
-  const std::size_t counts[] = {(std::size_t{300} << 10) / sizeof(float) + 1,
-                                (std::size_t{700} << 10) / sizeof(float) + 3,
-                                (std::size_t{1} << 20) / sizeof(float) + 5,
-                                (std::size_t{10} << 20) / sizeof(float) + 7};
+  const std::size_t counts[] = {
+      (std::size_t{300} << 10) / sizeof(float) + 1, (std::size_t{700} << 10) / sizeof(float) + 3,
+      (std::size_t{1} << 20) / sizeof(float) + 5, (std::size_t{10} << 20) / sizeof(float) + 7};
   cohort::run_local(
       3,
       [&](cohort::World& world) {
@@ -297,8 +304,7 @@ TEST(Communicator, SplitByParityWithReversedKeys) {
         const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
         std::vector<std::int32_t> gathered(static_cast<std::size_t>(members));
         std::vector<std::int32_t> mine{r};
-        group->all_gather(std::span<std::int32_t>(mine), std::span<std::int32_t>(gathered),
-                          stream);
+        group->all_gather(std::span<std::int32_t>(mine), std::span<std::int32_t>(gathered), stream);
         stream.synchronize();
         EXPECT_EQ(std::vector<int>(gathered.begin(), gathered.end()), order);
         auto nobody = world.comm().split(r == 0 ? -1 : 1, 0, "all-but-0");
@@ -361,8 +367,8 @@ TEST(Communicator, BadArgumentsAreClearErrorsAndChangeNothing) {
         const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
         std::vector<float> a(8, 1.0f), b(7, 5.0f);
         try {
-          world.comm().all_reduce(std::span<float>(a), std::span<float>(b),
-                                  cohort::ReduceOp::sum, stream);
+          world.comm().all_reduce(std::span<float>(a), std::span<float>(b), cohort::ReduceOp::sum,
+                                  stream);
           ADD_FAILURE() << "mismatched counts were accepted";
         } catch (const cohort::InvalidArgument& error) {
           EXPECT_THAT(error.what(), HasSubstr("same count"));
@@ -380,9 +386,9 @@ TEST(Communicator, BadArgumentsAreClearErrorsAndChangeNothing) {
                      cohort::InvalidArgument);
         EXPECT_THROW(world.comm().broadcast(std::span<float>(a), 2, stream),
                      cohort::InvalidArgument);
-        EXPECT_THROW(world.comm().all_reduce(cohort::TensorView(nullptr, 4, cohort::DType::f32,
-                                                                cohort::Device::host()),
-                                             cohort::ReduceOp::sum, stream),
+        EXPECT_THROW(world.comm().all_reduce(
+                         cohort::TensorView(nullptr, 4, cohort::DType::f32, cohort::Device::host()),
+                         cohort::ReduceOp::sum, stream),
                      cohort::InvalidArgument);
         EXPECT_THROW(world.comm().all_reduce(cohort::TensorView(a.data(), 8, cohort::DType::f32,
                                                                 cohort::Device::cuda(0)),

@@ -130,7 +130,8 @@ TEST(Faults, TheOthersSeeWhichRankFailed) {
           }
           const auto start = std::chrono::steady_clock::now();
           try {
-            world.comm().all_reduce(std::span<std::int32_t>(data), cohort::ReduceOp::sum, stream)
+            world.comm()
+                .all_reduce(std::span<std::int32_t>(data), cohort::ReduceOp::sum, stream)
                 .wait();
           } catch (const cohort::Error& error) {
             messages[static_cast<std::size_t>(world.rank())] = error.what();
@@ -238,7 +239,8 @@ class DroppingStore final : public cohort::ForwardingStore {
     }
   }
   std::unique_ptr<cohort::Store> clone() const override {
-    return std::make_unique<DroppingStore>(std::shared_ptr<cohort::Store>(base()->clone()), dropped_);
+    return std::make_unique<DroppingStore>(std::shared_ptr<cohort::Store>(base()->clone()),
+                                           dropped_);
   }
   std::string describe() const override { return "DroppingStore"; }
 

@@ -62,10 +62,9 @@ TEST_F(NcclCollectives, TwoProcessesSharingAGpuMatchTheClosedForms) {
 TEST_F(NcclCollectives, TwoProcessesSharingAGpuTimeOutAtTheDeadlineAndAbort) {
   for (const auto& [mode, timeout] : {std::pair{"timeout", "8s"}, std::pair{"abort", "60s"}}) {
     SCOPED_TRACE(mode);
-    const auto ranks =
-        cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {mode},
-                                   {std::string("COHORT_TIMEOUT=") + timeout},
-                                   std::string("comm-gpu-") + mode);
+    const auto ranks = cohort_test::run_gpu_ranks(2, "tests/comm/comm_gpu_worker", {mode},
+                                                  {std::string("COHORT_TIMEOUT=") + timeout},
+                                                  std::string("comm-gpu-") + mode);
     const std::string failed = cohort_test::ranks_failed(ranks);
     EXPECT_TRUE(failed.empty()) << failed;
   }
@@ -143,16 +142,16 @@ TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
         const double base = n * (n + 1) / 2.0;
 
         upload();
-        world.comm().all_reduce(cohort::TensorView::of(data, kCount, device),
-                                cohort::ReduceOp::sum, stream);
+        world.comm().all_reduce(cohort::TensorView::of(data, kCount, device), cohort::ReduceOp::sum,
+                                stream);
         auto result = to_host(data, kCount, stream);
         for (std::size_t i = 0; i < kCount; ++i) {
           ASSERT_EQ(result[i], static_cast<float>(base + n * static_cast<double>(i % 5))) << i;
         }
         upload();
         world.comm().all_reduce(cohort::TensorView::of(data, kCount, device),
-                                cohort::TensorView::of(out, kCount, device),
-                                cohort::ReduceOp::max, stream);
+                                cohort::TensorView::of(out, kCount, device), cohort::ReduceOp::max,
+                                stream);
         result = to_host(out, kCount, stream);
         for (std::size_t i = 0; i < kCount; ++i) {
           ASSERT_EQ(result[i], static_cast<float>(n + static_cast<double>(i % 5))) << i;
@@ -164,13 +163,13 @@ TEST_F(NcclCollectives, EveryOpMatchesTheHostResult) {
         result = to_host(out, kCount, stream);
         for (std::size_t i = 0; i < kCount; ++i) {
           const std::size_t global = static_cast<std::size_t>(r) * kCount + i;
-          ASSERT_FLOAT_EQ(result[i], static_cast<float>(base / n + static_cast<double>(global % 5)));
+          ASSERT_FLOAT_EQ(result[i],
+                          static_cast<float>(base / n + static_cast<double>(global % 5)));
         }
         upload();
-        world.comm().all_gather(cohort::TensorView::of(data, kCount, device),
-                                cohort::TensorView::of(out, kCount * static_cast<std::size_t>(n),
-                                                       device),
-                                stream);
+        world.comm().all_gather(
+            cohort::TensorView::of(data, kCount, device),
+            cohort::TensorView::of(out, kCount * static_cast<std::size_t>(n), device), stream);
         result = to_host(out, kCount * static_cast<std::size_t>(n), stream);
         for (int q = 0; q < n; ++q) {
           for (std::size_t i = 0; i < kCount; ++i) {
@@ -222,8 +221,10 @@ TEST_F(NcclCollectives, ACollectiveInsideAGraphCaptureIsRefusedClearly) {
         }
         EXPECT_FALSE(stream.capturing());
         // Refused before anything was enqueued: the communicator still works.
-        world.comm().all_reduce(cohort::TensorView::of(data, 64, world.device()),
-                                cohort::ReduceOp::sum, stream).wait();
+        world.comm()
+            .all_reduce(cohort::TensorView::of(data, 64, world.device()), cohort::ReduceOp::sum,
+                        stream)
+            .wait();
         stream.synchronize();
         (void)cudaFree(data);
       },

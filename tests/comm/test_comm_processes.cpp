@@ -11,9 +11,9 @@
 
 namespace {
 
-using ::testing::HasSubstr;
 using cohort_test::read_file;
 using cohort_test::report;
+using ::testing::HasSubstr;
 
 std::vector<cohort_test::ProcessRank> run_ranks(int n, const std::string& scenario,
                                                 const std::vector<std::string>& environment,
@@ -31,8 +31,8 @@ TEST(Processes, CollectivesThroughTheTcpStore) {
 }
 
 TEST(Processes, CollectivesThroughTheFileStore) {
-  const auto folder = std::filesystem::temp_directory_path() /
-                      ("cohort-file-store-" + std::to_string(getpid()));
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("cohort-file-store-" + std::to_string(getpid()));
   const std::string store = "COHORT_STORE=file:" + folder.string();
   const auto ranks = run_ranks(3, "check", {store}, "file");
   for (std::size_t r = 0; r < ranks.size(); ++r) {

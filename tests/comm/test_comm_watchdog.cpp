@@ -92,9 +92,9 @@ TEST_F(WatchdogTest, AProbeThatThrowsFailsTheWorkPublishesAndAbortsWithinASecond
   const auto took = Clock::now() - start;
   ASSERT_TRUE(work->finished()) << "the watchdog never failed a work whose probe throws";
   EXPECT_LT(took, 1s);
-  EXPECT_THAT([&] { work->rethrow_if_failed(); },
-              ::testing::ThrowsMessage<cohort::Error>(
-                  ::testing::HasSubstr("cudaErrorIllegalAddress")));
+  EXPECT_THAT(
+      [&] { work->rethrow_if_failed(); },
+      ::testing::ThrowsMessage<cohort::Error>(::testing::HasSubstr("cudaErrorIllegalAddress")));
   EXPECT_TRUE(eventually([&] { return published(); }))
       << "the failure did not reach the store, so peers would wait";
   EXPECT_TRUE(eventually([&] { return context->aborted(); }));
@@ -131,8 +131,7 @@ TEST_F(WatchdogTest, TrackingManyOutstandingWorksCostsConstantStepsPerWork) {
 /// A backend whose enqueue does not return until the work it was given has failed (or 10 s).
 class StuckBackend final : public cohort::Communicator {
  public:
-  explicit StuckBackend(std::shared_ptr<CommContext> context)
-      : Communicator(std::move(context)) {}
+  explicit StuckBackend(std::shared_ptr<CommContext> context) : Communicator(std::move(context)) {}
   void* native_handle() const noexcept override { return nullptr; }
 
  protected:
@@ -184,8 +183,8 @@ class SlowToPublishStore final : public cohort::ForwardingStore {
 // waiter must find the communicator aborted the moment it wakes, with the reason.
 TEST(WatchdogAbortOrder, AWaiterWokenAtItsDeadlineFindsTheCommunicatorAbortedAlready) {
   auto store = std::make_shared<cohort::MemoryStore>();
-  auto watchdog = cohort::detail::Watchdog::start(
-      std::make_unique<SlowToPublishStore>(store->clone()), 0);
+  auto watchdog =
+      cohort::detail::Watchdog::start(std::make_unique<SlowToPublishStore>(store->clone()), 0);
   auto context = std::make_shared<CommContext>(cohort::StoreGroup(
       std::make_shared<cohort::PrefixStore>("test", store), 0, 1, 300ms, {0}, "test"));
   context->name = "test";

@@ -46,8 +46,8 @@ TEST(Topology, HostNamesFillWhatTheLauncherDidNotGive) {
 
 TEST(Topology, TheLaunchersValuesAreKept) {
   // Slurm numbered the nodes the other way round and the local ranks against rank order.
-  const std::vector<RankPlace> places = {{"a", 1, 2, 1, 2}, {"a", 0, 2, 1, 2},
-                                         {"b", 0, 2, 0, 2}, {"b", 1, 2, 0, 2}};
+  const std::vector<RankPlace> places = {
+      {"a", 1, 2, 1, 2}, {"a", 0, 2, 1, 2}, {"b", 0, 2, 0, 2}, {"b", 1, 2, 0, 2}};
   const auto first = resolve_topology(places, 0, slurm_launch());
   EXPECT_EQ(first.local_rank, 1);
   EXPECT_EQ(first.node_rank, 1);

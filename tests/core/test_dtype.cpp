@@ -9,7 +9,7 @@ namespace {
 
 TEST(DType, SizesAndNamesRoundTrip) {
   const std::pair<cohort::DType, std::size_t> expected[] = {
-      {cohort::DType::f32, 4}, {cohort::DType::f64, 8}, {cohort::DType::f16, 2},
+      {cohort::DType::f32, 4},  {cohort::DType::f64, 8}, {cohort::DType::f16, 2},
       {cohort::DType::bf16, 2}, {cohort::DType::i32, 4}, {cohort::DType::i64, 8},
       {cohort::DType::u8, 1}};
   for (const auto& [dtype, size] : expected) {

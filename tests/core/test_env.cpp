@@ -44,14 +44,14 @@ TEST(EnvBoolean, RejectsAnythingElseNamingTheVariable) {
 
 TEST(EnvBoolean, FalseMeansOffAndUnsetOrEmptyMeansTheFallback) {
   // COHORT_DEBUG_COLLECTIVES=false once switched the check on.
-  EXPECT_FALSE(env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", "false"}}),
-                            env::kDebugCollectives));
-  EXPECT_TRUE(env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", "on"}}),
-                           env::kDebugCollectives));
+  EXPECT_FALSE(
+      env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", "false"}}), env::kDebugCollectives));
+  EXPECT_TRUE(
+      env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", "on"}}), env::kDebugCollectives));
   EXPECT_FALSE(env::boolean(lookup_of({}), env::kDebugCollectives));
   EXPECT_TRUE(env::boolean(lookup_of({}), env::kDebugCollectives, true));
-  EXPECT_TRUE(env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", ""}}), env::kDebugCollectives,
-                           true));
+  EXPECT_TRUE(
+      env::boolean(lookup_of({{"COHORT_DEBUG_COLLECTIVES", ""}}), env::kDebugCollectives, true));
 }
 
 TEST(EnvDuration, ParsesSecondsAndUnits) {
@@ -67,15 +67,22 @@ TEST(EnvDuration, ParsesSecondsAndUnits) {
 
 TEST(EnvDuration, RejectsZeroNegativeNanTinyHugeAndUnknownUnits) {
   // The default range is 1 ms to 30 days (COHORT_TIMEOUT and every other duration variable).
-  const std::map<std::string, std::string> cases = {
-      {"", "is not a duration"},        {"abc", "is not a duration"},
-      {"-5", "is negative"},            {"0", "is zero"},
-      {"0ms", "is zero"},               {"nan", "is not a number"},
-      {"inf", "is infinite"},           {"10 minutes", "has an unknown unit"},
-      {"5d", "has an unknown unit"},    {"0.5ms", "is too short"},
-      {"1e-9", "is too short"},         {"0.0001", "is too short"},
-      {"721h", "is too long"},          {"3000000h", "is too long"},
-      {"1e30", "is too long"},          {"1e400", "is out of range"}};
+  const std::map<std::string, std::string> cases = {{"", "is not a duration"},
+                                                    {"abc", "is not a duration"},
+                                                    {"-5", "is negative"},
+                                                    {"0", "is zero"},
+                                                    {"0ms", "is zero"},
+                                                    {"nan", "is not a number"},
+                                                    {"inf", "is infinite"},
+                                                    {"10 minutes", "has an unknown unit"},
+                                                    {"5d", "has an unknown unit"},
+                                                    {"0.5ms", "is too short"},
+                                                    {"1e-9", "is too short"},
+                                                    {"0.0001", "is too short"},
+                                                    {"721h", "is too long"},
+                                                    {"3000000h", "is too long"},
+                                                    {"1e30", "is too long"},
+                                                    {"1e400", "is out of range"}};
   for (const auto& [bad, problem] : cases) {
     try {
       env::parse_duration("COHORT_TIMEOUT", bad);

@@ -1,10 +1,10 @@
-// The event pool's drain (Note [Draining lent marks] in cohort/core/detail/event_pool.hpp), with host
-// streams and events, which keep the same order rules as CUDA's: a mark still pending on one
+// The event pool's drain (Note [Draining lent marks] in cohort/core/detail/event_pool.hpp), with
+// host streams and events, which keep the same order rules as CUDA's: a mark still pending on one
 // stream holds back only the later marks of that stream, so a fast loop on another stream keeps
 // reusing its events instead of creating one per collective.
 
-#include <cohort/core/stream.hpp>
 #include <cohort/core/detail/event_pool.hpp>
+#include <cohort/core/stream.hpp>
 
 #include <gtest/gtest.h>
 

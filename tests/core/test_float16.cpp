@@ -25,8 +25,12 @@ std::uint16_t bits_of(float value) {
   return T(value).bits;
 }
 
-bool is_nan_half(std::uint16_t bits) { return (bits & 0x7C00u) == 0x7C00u && (bits & 0x3FFu); }
-bool is_nan_bfloat16(std::uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u && (bits & 0x7Fu); }
+bool is_nan_half(std::uint16_t bits) {
+  return (bits & 0x7C00u) == 0x7C00u && (bits & 0x3FFu);
+}
+bool is_nan_bfloat16(std::uint16_t bits) {
+  return (bits & 0x7F80u) == 0x7F80u && (bits & 0x7Fu);
+}
 
 // Every finite value converts back to itself, and every midpoint between two neighbours rounds to
 // the even one, with the floats just either side going to the nearer neighbour.
@@ -97,8 +101,12 @@ TEST(BFloat16, OverflowAndSpecialValues) {
 }
 
 #if COHORT_WITH_CUDA
-std::uint16_t raw_bits(__half value) { return static_cast<__half_raw>(value).x; }
-std::uint16_t raw_bits(__nv_bfloat16 value) { return static_cast<__nv_bfloat16_raw>(value).x; }
+std::uint16_t raw_bits(__half value) {
+  return static_cast<__half_raw>(value).x;
+}
+std::uint16_t raw_bits(__nv_bfloat16 value) {
+  return static_cast<__nv_bfloat16_raw>(value).x;
+}
 
 TEST(Float16, BitForBitWithCudaHostConversions) {
   static_assert(sizeof(__half) == sizeof(cohort::half));

@@ -209,7 +209,8 @@ TEST(CallerHostStream, RunsEachTaskOnTheCallingThreadBeforeEnqueueReturns) {
         stream.enqueue([&] { order.push_back(10); });  // a task may enqueue on its own stream
       }
     });
-    EXPECT_EQ(order.back(), i == 1 ? 10 : i) << "task " << i << " had not run when enqueue returned";
+    EXPECT_EQ(order.back(), i == 1 ? 10 : i)
+        << "task " << i << " had not run when enqueue returned";
   }
   EXPECT_EQ(order, (std::vector<int>{0, 1, 10, 2}));
   EXPECT_TRUE(stream.ready());

@@ -99,7 +99,6 @@ TEST_F(CudaStreamTest, ReadyLeavesAnUnrelatedPendingErrorInPlace) {
 }
 #endif
 
-
 #if COHORT_WITH_CUDA
 // ---- Note [Every call binds its device] and Note [Restoring an unbound thread] ----
 

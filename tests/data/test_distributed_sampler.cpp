@@ -19,7 +19,9 @@ using cohort::LastBatch;
 using cohort::SamplerOptions;
 using cohort::SamplerPosition;
 
-cohort::Stream host_stream() { return cohort::Stream::create(cohort::Device::host()); }
+cohort::Stream host_stream() {
+  return cohort::Stream::create(cohort::Device::host());
+}
 
 SamplerOptions options_of(std::uint64_t n, std::uint32_t batch, int rank, int ranks,
                           LastBatch policy = LastBatch::drop, std::uint64_t seed = 7) {
@@ -131,8 +133,8 @@ TEST(DistributedSampler, PadCoversABatchLargerThanTheDataSet) {
   const auto batch = sampler.next_batch();
   EXPECT_EQ(batch.repeated, 4u);
   const auto permutation = cohort::sampler_permutation(3, 7, 0);
-  EXPECT_EQ(indices_of(batch),
-            (std::vector<std::int64_t>{permutation[1], permutation[2], permutation[0], permutation[1]}));
+  EXPECT_EQ(indices_of(batch), (std::vector<std::int64_t>{permutation[1], permutation[2],
+                                                          permutation[0], permutation[1]}));
 }
 
 TEST(DistributedSampler, DropSkipsTheRemainder) {

@@ -36,13 +36,15 @@ class SamplerGpu : public ::testing::Test {
 };
 
 #if COHORT_WITH_CUDA
-void check_cuda(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
+void check_cuda(cudaError_t status) {
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+}
 
 TEST_F(SamplerGpu, PermutationEqualsTheHostOneBitForBit) {
   const cohort::Stream stream = cohort::Stream::create(cohort::Device::cuda(0));
   cohort::DevicePoolOptions pool_options;
-  auto counted = std::make_shared<cohort::StatisticsAdaptor>(
-      cohort::make_device_pool_resource(pool_options));
+  auto counted =
+      std::make_shared<cohort::StatisticsAdaptor>(cohort::make_device_pool_resource(pool_options));
   for (const std::uint64_t n : {1u, 7u, 1000u, 100003u, 1u << 20}) {
     for (const auto policy : {cohort::LastBatch::drop, cohort::LastBatch::pad}) {
       cohort::SamplerOptions options;
@@ -93,12 +95,11 @@ void gather_and_check(cohort::Device device, std::size_t row) {
   cohort::detail::write_now(table_device.data(), table.data(), table.size(), stream);
   sampler.seek({2, 5});
   const cohort::SampledBatch batch = sampler.next_batch();
-  sampler.gather(batch,
-                 cohort::TensorView::of(static_cast<std::uint8_t*>(table_device.data()),
-                                        table.size(), device),
-                 row,
-                 cohort::TensorView::of(static_cast<std::uint8_t*>(rows_device.data()), 32 * row,
-                                        device));
+  sampler.gather(
+      batch,
+      cohort::TensorView::of(static_cast<std::uint8_t*>(table_device.data()), table.size(), device),
+      row,
+      cohort::TensorView::of(static_cast<std::uint8_t*>(rows_device.data()), 32 * row, device));
   std::vector<std::uint8_t> rows(32 * row);
   cohort::detail::read_after(rows.data(), rows_device.data(), rows.size(), stream);
   const std::vector<std::int64_t> indices = sampler.host_indices(batch.position);

@@ -142,9 +142,9 @@ inline void mlp_init(DataParallel& dp, const Mlp& mlp, float shift) {
 /// DataParallel's gradient arena (backward, as a task runs it on the compute stream).
 inline void mlp_write_gradients(DataParallel& dp, const Mlp& mlp, std::size_t begin,
                                 std::size_t end) {
-  const MlpTensors g = mlp_gradients(host_data(dp.param(mlp.w1)), host_data(dp.param(mlp.b1)),
-                                     host_data(dp.param(mlp.w2)), host_data(dp.param(mlp.b2)),
-                                     begin, end);
+  const MlpTensors g =
+      mlp_gradients(host_data(dp.param(mlp.w1)), host_data(dp.param(mlp.b1)),
+                    host_data(dp.param(mlp.w2)), host_data(dp.param(mlp.b2)), begin, end);
   std::copy(g.w1.begin(), g.w1.end(), host_data(dp.grad(mlp.w1)));
   std::copy(g.b1.begin(), g.b1.end(), host_data(dp.grad(mlp.b1)));
   std::copy(g.w2.begin(), g.w2.end(), host_data(dp.grad(mlp.w2)));

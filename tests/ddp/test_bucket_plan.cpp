@@ -148,7 +148,8 @@ TEST(BucketPlan, LastCapGivesTheTailABucketOfItsOwn) {
     }
     ASSERT_EQ(next, tiled.arena_count);
     const std::size_t element_cap = std::max<std::size_t>(cap / 4 / 64 * 64, 64);
-    const std::size_t last_cap = std::min(element_cap, std::max<std::size_t>(last / 4 / 64 * 64, 64));
+    const std::size_t last_cap =
+        std::min(element_cap, std::max<std::size_t>(last / 4 / 64 * 64, 64));
     if (tiled.buckets.size() > 1) {
       EXPECT_LE(tiled.buckets.back().slice.count, last_cap) << "trial " << trial;
     }
@@ -178,8 +179,8 @@ namespace {
 // Note [Automatic bucket sizes]: the fixed cost alpha is at most 10% of a first or last bucket's
 // time, the middle cap is four times that, and the caps stay within [256 B, 64 MiB].
 TEST(BucketSizing, FixedCostStaysUnderATenthOfEachBucket) {
-  for (const cohort::LinkEstimate link : {cohort::LinkEstimate{20.0, 2000.0},    // shared memory
-                                          cohort::LinkEstimate{1000.0, 700.0},   // TCP loopback
+  for (const cohort::LinkEstimate link : {cohort::LinkEstimate{20.0, 2000.0},      // shared memory
+                                          cohort::LinkEstimate{1000.0, 700.0},     // TCP loopback
                                           cohort::LinkEstimate{8.0, 200000.0}}) {  // NVLink
     const cohort::BucketSizing sizing = cohort::choose_bucket_sizes(link);
     EXPECT_TRUE(sizing.automatic);
@@ -223,11 +224,11 @@ TEST(BucketSizing, TheLinkFitNeverGivesAZeroAlphaOrTinyCaps) {
     EXPECT_GE(sizing.last_bytes, floor) << sizing.describe();
     EXPECT_GE(sizing.middle_bytes, floor) << sizing.describe();
   };
-  check(4.0, 1024.0);     // proportional: the intercept is exactly 0
-  check(4.0, 2048.0);     // slower than proportional: the intercept is negative
-  check(30.0, 20.0);      // noise: the large probe faster than the small one
-  check(0.0, 0.0);        // a clock too coarse to see either
-  check(20.0, 520.0);     // shared memory: alpha stays the small probe's time
+  check(4.0, 1024.0);  // proportional: the intercept is exactly 0
+  check(4.0, 2048.0);  // slower than proportional: the intercept is negative
+  check(30.0, 20.0);   // noise: the large probe faster than the small one
+  check(0.0, 0.0);     // a clock too coarse to see either
+  check(20.0, 520.0);  // shared memory: alpha stays the small probe's time
   std::mt19937 random(20261203);
   for (int trial = 0; trial < 1000; ++trial) {
     check(std::uniform_real_distribution<double>(0.0, 5000.0)(random),

@@ -1,6 +1,6 @@
-// DataParallel on the host backend (each transport), ranks as threads: data-parallel SGD against one rank with the
-// whole batch (world sizes 1 to 8), bucket issue order, accumulation, consistency checks, unused
-// parameters, wire compression bounds, the reduce-scatter mode and step statistics.
+// DataParallel on the host backend (each transport), ranks as threads: data-parallel SGD against
+// one rank with the whole batch (world sizes 1 to 8), bucket issue order, accumulation, consistency
+// checks, unused parameters, wire compression bounds, the reduce-scatter mode and step statistics.
 #include "mlp_model.hpp"
 #include "support/test_helpers.hpp"
 

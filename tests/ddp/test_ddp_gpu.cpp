@@ -60,11 +60,11 @@ struct SideStream {
   /// Queues a host function that sleeps, then a memset of `view` to `byte`: the write lands well
   /// after this call returns, so a check that misses it cannot pass by luck of timing.
   void late_write(const cohort::TensorView& view, int byte) const {
-    ASSERT_EQ(cudaLaunchHostFunc(
-                  stream,
-                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
-                  nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaLaunchHostFunc(
+            stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+            nullptr),
+        cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(view.data(), byte, view.bytes(), stream), cudaSuccess);
   }
 };
@@ -74,8 +74,7 @@ struct SideStream {
 // Two ranks as processes on the first GPU (each its own NCCL host, sockets over lo): with one
 // rank an average is its input, so this is the test that sees them on a machine with one GPU.
 TEST_F(DataParallelGpu, TwoProcessesSharingAGpuPassEveryCheck) {
-  const auto ranks =
-      cohort_test::run_gpu_ranks(2, "tests/ddp/ddp_gpu_worker", {}, {}, "ddp-gpu");
+  const auto ranks = cohort_test::run_gpu_ranks(2, "tests/ddp/ddp_gpu_worker", {}, {}, "ddp-gpu");
   const std::string failed = cohort_test::ranks_failed(ranks);
   EXPECT_TRUE(failed.empty()) << failed;
 }
@@ -141,8 +140,8 @@ TEST_F(DataParallelGpu, TypedViewsAndOwnDeviceArenasTrainInPlace) {
         std::vector<float> initial(layout.arena_count, 7.0f);
         const auto p = cohort::test::mlp_initial(static_cast<float>(world.rank()));
         const auto place = [&](cohort::ParamHandle h, const std::vector<float>& values) {
-          std::ranges::copy(values, initial.begin() + static_cast<std::ptrdiff_t>(
-                                                          layout.slots[h.index].offset));
+          std::ranges::copy(
+              values, initial.begin() + static_cast<std::ptrdiff_t>(layout.slots[h.index].offset));
         };
         place(mlp.w1, p.w1);
         place(mlp.b1, p.b1);
@@ -198,8 +197,9 @@ TEST_F(DataParallelGpu, DebugStreamsReportsAGradientWrittenOnAnotherStream) {
         const std::string error =
             cohort_test::message_of<cohort::InvalidArgument>([&] { dp.grad_ready(a); });
         EXPECT_TRUE(cohort_test::contains(
-            error, "COHORT_DEBUG_STREAMS: grad_ready('layer.a'): the gradient changed after it "
-                   "was marked ready"));
+            error,
+            "COHORT_DEBUG_STREAMS: grad_ready('layer.a'): the gradient changed after it "
+            "was marked ready"));
         ASSERT_EQ(cudaStreamSynchronize(side.stream), cudaSuccess);
         EXPECT_NO_THROW(dp.grad_ready(a));  // written and waited for: nothing changes any more
         side.late_write(dp.grad(b), 0x40);

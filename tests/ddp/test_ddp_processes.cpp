@@ -11,9 +11,9 @@
 
 namespace {
 
-using ::testing::HasSubstr;
 using cohort_test::read_file;
 using cohort_test::report;
+using ::testing::HasSubstr;
 
 std::vector<cohort_test::ProcessRank> run_ranks(int n, const std::string& tag) {
   return cohort_test::run_process_ranks(n, cohort_test::build_path("tests/ddp/ddp_worker"), {}, {},

@@ -277,14 +277,12 @@ std::vector<std::string> debug_loop(int n, const LoopHooks& hooks) {
       [&](cohort::World& world) {
         cohort::ParamRegistry registry;
         const Mlp mlp(registry);
-        cohort::DataParallel dp(world, registry,
-                                {.bucket_bytes = 512,
-                                 .first_bucket_bytes = 256,
-                                 .init =
-                                     [&](cohort::DataParallel& d) {
-                                       cohort::test::mlp_init(d, mlp, 0.0f);
-                                     },
-                                 .host_compute = cohort::HostExecution::worker});
+        cohort::DataParallel dp(
+            world, registry,
+            {.bucket_bytes = 512,
+             .first_bucket_bytes = 256,
+             .init = [&](cohort::DataParallel& d) { cohort::test::mlp_init(d, mlp, 0.0f); },
+             .host_compute = cohort::HostExecution::worker});
         try {
           const std::vector<float> arena = plain_loop(dp, mlp, hooks);
           expect_near_reference(arena, dp, mlp);
@@ -346,8 +344,7 @@ TEST(DebugStreams, ComputeEnqueuedOnTheStreamIsAccepted) {
       [&](cohort::World& world) {
         cohort::ParamRegistry registry;
         const auto w = registry.add("w", {64});
-        cohort::DataParallel dp(world, registry,
-                                {.host_compute = cohort::HostExecution::worker});
+        cohort::DataParallel dp(world, registry, {.host_compute = cohort::HostExecution::worker});
         cohort::Sgd sgd(cohort::target_of(dp), {.lr = 0.5f});
         for (int step = 0; step < 3; ++step) {
           dp.zero_grads();

@@ -213,10 +213,11 @@ TEST(DoctorNetwork, GlooSocket) {
       check_gloo_socket({{"MASTER_ADDR", "10.0.0.1"}}, interfaces, std::string("127.0.1.1"), 2);
   EXPECT_EQ(routed.severity, Severity::ok);
   EXPECT_TRUE(contains(routed.message, "route to the store host 10.0.0.1")) << routed.message;
-  const Finding unresolved = check_gloo_socket({{"COHORT_MASTER_ADDR", "node0"}}, interfaces,
-                                               std::nullopt, 2);
+  const Finding unresolved =
+      check_gloo_socket({{"COHORT_MASTER_ADDR", "node0"}}, interfaces, std::nullopt, 2);
   EXPECT_EQ(unresolved.severity, Severity::ok);
-  EXPECT_TRUE(contains(unresolved.message, "does not resolve, is not needed")) << unresolved.message;
+  EXPECT_TRUE(contains(unresolved.message, "does not resolve, is not needed"))
+      << unresolved.message;
   const Finding loopback =
       check_gloo_socket({{"MASTER_ADDR", "127.0.0.1"}}, interfaces, std::string("10.0.0.2"), 2);
   EXPECT_EQ(loopback.severity, Severity::warn);

@@ -41,16 +41,15 @@ std::string doctor_path() {
 /// cohortrun of the same build.
 std::string cohortrun_path() {
   const std::string binary_dir = cohort_test::test_binary_dir();
-  return binary_dir.empty() ? std::string()
-                            : binary_dir + "/tools/cohortrun/cohortrun";
+  return binary_dir.empty() ? std::string() : binary_dir + "/tools/cohortrun/cohortrun";
 }
 
 /// Runs `environment [prefix] doctor arguments` through the shell (`prefix`: a launcher);
 /// stderr goes to the test's stderr, or into the output with `merge`.
 DoctorRun run_doctor(const std::string& environment, const std::string& arguments,
                      const std::string& prefix = "", bool merge = false) {
-  const std::string command = environment + " " + prefix + " '" + doctor_path() + "' " +
-                              arguments + (merge ? " 2>&1" : "");
+  const std::string command =
+      environment + " " + prefix + " '" + doctor_path() + "' " + arguments + (merge ? " 2>&1" : "");
   DoctorRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -148,7 +147,8 @@ std::size_t occurrences(const std::string& text, const std::string& part) {
 TEST_F(DoctorProgram, TheStoreTokenIsNeverPrinted) {
   const std::string secret = "hunter2-do-not-print";
   for (const char* format : {"", "--json"}) {
-    const DoctorRun run = run_doctor("COHORT_STORE_TOKEN=" + secret + " HF_TOKEN=" + secret, format);
+    const DoctorRun run =
+        run_doctor("COHORT_STORE_TOKEN=" + secret + " HF_TOKEN=" + secret, format);
     EXPECT_EQ(run.output.find(secret), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("not shown"), std::string::npos) << run.output;
   }
@@ -160,8 +160,8 @@ TEST_F(DoctorProgram, AHostTransportTheLibraryRefusesIsAnError) {
   const nlohmann::json json = nlohmann::json::parse(run.output);
   bool refused = false;
   for (const auto& finding : json.at("findings")) {
-    refused = refused || (finding.at("topic") == "COHORT_HOST_TRANSPORT" &&
-                          finding.at("severity") == "error");
+    refused = refused ||
+              (finding.at("topic") == "COHORT_HOST_TRANSPORT" && finding.at("severity") == "error");
   }
   EXPECT_TRUE(refused) << json.at("findings").dump(2);
 }
@@ -230,7 +230,8 @@ TEST_F(DoctorProgram, CollectivesRunAcrossRanksAndAFloorFails) {
   std::string json_text;
   for (std::size_t at = 0; at < run.output.size();) {
     const std::size_t end = run.output.find('\n', at);
-    std::string line = run.output.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    std::string line =
+        run.output.substr(at, end == std::string::npos ? std::string::npos : end - at);
     if (line.starts_with("[rank 0] ")) json_text += line.substr(9) + "\n";
     at = end == std::string::npos ? run.output.size() : end + 1;
   }
@@ -247,8 +248,8 @@ TEST_F(DoctorProgram, CollectivesRunAcrossRanksAndAFloorFails) {
     EXPECT_EQ(c.at("wrong"), 0);
     EXPECT_GT(c.at("busbw_bytes_per_s").get<double>(), 0.0);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather",
-                                             "broadcast"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
   // A floor no host reaches: every collective fails, and so does the run.
   run = run_doctor("", "--collective --bytes 256K --iters 3 --min-busbw 100000",
                    "'" + launcher + "' --nproc-per-node 2");

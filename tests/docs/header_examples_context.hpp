@@ -34,14 +34,16 @@ void train_on(cohort::TensorView batch);
 
 using namespace example_context;
 
-#define EXAMPLE_CONTEXT                                                                           \
-  [[maybe_unused]] cohort::World& world, [[maybe_unused]] cohort::DataParallel& dp,              \
-      [[maybe_unused]] cohort::Optimizer& optimizer, [[maybe_unused]] const cohort::Stream& stream, \
-      [[maybe_unused]] cohort::Device device, [[maybe_unused]] cohort::TensorView grads,           \
-      [[maybe_unused]] cohort::ParamHandle w1, [[maybe_unused]] Batch batch,                      \
-      [[maybe_unused]] std::shared_ptr<cohort::MemoryResource> pool,                              \
-      [[maybe_unused]] std::shared_ptr<cohort::MemoryResource> device_pool,                       \
-      [[maybe_unused]] cohort::TensorView all_images, [[maybe_unused]] cohort::TensorView batch_images, \
-      [[maybe_unused]] cohort::Checkpointer& checkpoints, [[maybe_unused]] cohort::TrainingState& state, \
-      [[maybe_unused]] cohort::DistributedSampler& sampler,                                       \
-      [[maybe_unused]] bool log, [[maybe_unused]] std::size_t index
+#define EXAMPLE_CONTEXT                                                                            \
+  [[maybe_unused]] cohort::World &world, [[maybe_unused]] cohort::DataParallel &dp,                \
+      [[maybe_unused]] cohort::Optimizer &optimizer,                                               \
+      [[maybe_unused]] const cohort::Stream &stream, [[maybe_unused]] cohort::Device device,       \
+      [[maybe_unused]] cohort::TensorView grads, [[maybe_unused]] cohort::ParamHandle w1,          \
+      [[maybe_unused]] Batch batch, [[maybe_unused]] std::shared_ptr<cohort::MemoryResource> pool, \
+      [[maybe_unused]] std::shared_ptr<cohort::MemoryResource> device_pool,                        \
+      [[maybe_unused]] cohort::TensorView all_images,                                              \
+      [[maybe_unused]] cohort::TensorView batch_images,                                            \
+      [[maybe_unused]] cohort::Checkpointer &checkpoints,                                          \
+      [[maybe_unused]] cohort::TrainingState &state,                                               \
+      [[maybe_unused]] cohort::DistributedSampler &sampler, [[maybe_unused]] bool log,             \
+      [[maybe_unused]] std::size_t index

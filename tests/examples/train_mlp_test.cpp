@@ -21,16 +21,21 @@ struct Case {
 };
 
 // Names the case in test output instead of dumping its bytes.
-void PrintTo(const Case& test_case, std::ostream* out) { *out << test_case.name; }
+void PrintTo(const Case& test_case, std::ostream* out) {
+  *out << test_case.name;
+}
 
 train_mlp::TrainResult run(int ranks, const train_mlp::TrainOptions& options) {
   train_mlp::TrainResult result;
   cohort::WorldOptions world_options;
   world_options.backend = cohort::BackendChoice::host;
-  cohort::run_local(ranks, [&](cohort::World& world) {
-    train_mlp::TrainResult mine = train_mlp::train(world, options, nullptr);
-    if (world.rank() == 0) result = std::move(mine);
-  }, world_options);
+  cohort::run_local(
+      ranks,
+      [&](cohort::World& world) {
+        train_mlp::TrainResult mine = train_mlp::train(world, options, nullptr);
+        if (world.rank() == 0) result = std::move(mine);
+      },
+      world_options);
   return result;
 }
 

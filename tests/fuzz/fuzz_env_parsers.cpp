@@ -64,9 +64,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint8_t selector = data[0];
   const std::string value(reinterpret_cast<const char*>(data + 1), size - 1);
   switch (selector % 3) {
-    case 0: check_bool(value); break;
-    case 1: check_duration(value, static_cast<std::uint8_t>(selector / 3)); break;
-    default: check_number(value, static_cast<std::uint8_t>(selector / 3)); break;
+    case 0:
+      check_bool(value);
+      break;
+    case 1:
+      check_duration(value, static_cast<std::uint8_t>(selector / 3));
+      break;
+    default:
+      check_number(value, static_cast<std::uint8_t>(selector / 3));
+      break;
   }
   return 0;
 }

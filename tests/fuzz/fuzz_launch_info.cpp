@@ -32,12 +32,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   try {
     const cohort::LaunchInfo info = cohort::LaunchInfo::from_environment(lookup);
-    const bool consistent = info.world_size >= 1 && info.rank >= 0 &&
-                            info.rank < info.world_size && info.local_world_size >= 1 &&
-                            info.local_rank >= 0 && info.local_rank < info.local_world_size &&
-                            info.num_nodes >= 1 && info.node_rank >= 0 &&
-                            info.node_rank < info.num_nodes && info.master_port >= 1 &&
-                            info.master_port <= 65535 && !info.master_addr.empty();
+    const bool consistent = info.world_size >= 1 && info.rank >= 0 && info.rank < info.world_size &&
+                            info.local_world_size >= 1 && info.local_rank >= 0 &&
+                            info.local_rank < info.local_world_size && info.num_nodes >= 1 &&
+                            info.node_rank >= 0 && info.node_rank < info.num_nodes &&
+                            info.master_port >= 1 && info.master_port <= 65535 &&
+                            !info.master_addr.empty();
     if (!consistent) std::abort();
     (void)info.describe();
   } catch (const cohort::InvalidArgument&) {

@@ -344,24 +344,15 @@ TYPED_TEST_P(StoreTest, BarrierTimeoutSaysHowManyArrived) {
 
 // ---- FileStore only ---------------------------------------------------------------------------
 
-REGISTER_TYPED_TEST_SUITE_P(StoreTest,
-                            SetThenGetReturnsTheLatestValue,
-                            GetBlocksUntilAnotherThreadSets,
-                            GetTimeoutNamesKeyStoreAndTime,
-                            WaitReturnsWhenEveryKeyIsSet,
-                            WaitTimeoutNamesOnlyTheMissingKeys,
-                            CheckNeverBlocks,
-                            ConcurrentAddsFromClonesSumExactly,
+REGISTER_TYPED_TEST_SUITE_P(StoreTest, SetThenGetReturnsTheLatestValue,
+                            GetBlocksUntilAnotherThreadSets, GetTimeoutNamesKeyStoreAndTime,
+                            WaitReturnsWhenEveryKeyIsSet, WaitTimeoutNamesOnlyTheMissingKeys,
+                            CheckNeverBlocks, ConcurrentAddsFromClonesSumExactly,
                             AddTreatsAbsentAsZeroAndKeepsDecimalText,
-                            AddOnANonIntegerThrowsInvalidArgument,
-                            CompareSet,
-                            CompareSetElectsExactlyOneWinner,
-                            RemoveReportsWhetherTheKeyExisted,
-                            ValuesAndKeysAreArbitraryBytes,
-                            EmptyValueIsAValue,
-                            EmptyKeyIsRejected,
-                            CloneSeesTheSameData,
-                            PrefixStoresAreIsolated,
+                            AddOnANonIntegerThrowsInvalidArgument, CompareSet,
+                            CompareSetElectsExactlyOneWinner, RemoveReportsWhetherTheKeyExisted,
+                            ValuesAndKeysAreArbitraryBytes, EmptyValueIsAValue, EmptyKeyIsRejected,
+                            CloneSeesTheSameData, PrefixStoresAreIsolated,
                             BarrierHoldsEveryoneUntilAllArriveAndIsReusable,
                             BarrierTimeoutSaysHowManyArrived);
 

@@ -36,7 +36,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-std::string binary_dir() { return cohort_test::test_binary_dir(); }
+std::string binary_dir() {
+  return cohort_test::test_binary_dir();
+}
 
 std::string cohortrun_path() {
   return binary_dir() + "/tools/cohortrun/cohortrun";
@@ -793,9 +795,17 @@ TEST_F(HelloWorld, TwoNodesOnOneHost) {
   const int held = listening_socket(port);
   const int held_port = port;
   auto node = [&](int node_rank) {
-    return std::vector<std::string>{cohortrun_path(), "--nproc-per-node", "2", "--nnodes", "2",
-                                    "--node-rank", std::to_string(node_rank), "--master-addr",
-                                    "127.0.0.1", "--master-port", std::to_string(port),
+    return std::vector<std::string>{cohortrun_path(),
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(node_rank),
+                                    "--master-addr",
+                                    "127.0.0.1",
+                                    "--master-port",
+                                    std::to_string(port),
                                     hello_world_path()};
   };
   for (int attempt = 0;; ++attempt) {

@@ -42,8 +42,7 @@ TEST_P(StoreGroupSizes, AllGatherReturnsEveryMembersValueInOrderRoundAfterRound)
   auto store = std::make_shared<MemoryStore>();
   on_ranks(size, store, [&](StoreGroup& group) {
     for (int round = 0; round < 5; ++round) {
-      const auto values =
-          group.all_gather("v", std::to_string(group.rank() * 100 + round));
+      const auto values = group.all_gather("v", std::to_string(group.rank() * 100 + round));
       ASSERT_EQ(values.size(), static_cast<std::size_t>(size));
       for (int m = 0; m < size; ++m) {
         EXPECT_EQ(values[static_cast<std::size_t>(m)], std::to_string(m * 100 + round));
@@ -74,9 +73,8 @@ TEST_P(StoreGroupSizes, CheckSamePassesEqualValuesAndNamesTheRankThatDiffers) {
       EXPECT_THAT(error.what(), HasSubstr("shape differs between ranks"));
       EXPECT_THAT(error.what(), HasSubstr("4x5"));
       EXPECT_THAT(error.what(), HasSubstr("4x4"));
-      EXPECT_THAT(error.what(), HasSubstr("rank " + std::to_string(group.rank() == size - 1
-                                                                       ? 0
-                                                                       : size - 1)));
+      EXPECT_THAT(error.what(),
+                  HasSubstr("rank " + std::to_string(group.rank() == size - 1 ? 0 : size - 1)));
     }
   });
 }

@@ -148,12 +148,12 @@ TEST(StoreHostileTest, AFullTableOfAuthenticatedClientsRefusesTheNextClearly) {
   options.max_connections = 3;
   TcpStoreServer server(options);
   std::vector<std::unique_ptr<TcpStore>> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<TcpStore>(client_of(server.port())));
+  for (int i = 0; i < 3; ++i)
+    clients.push_back(std::make_unique<TcpStore>(client_of(server.port())));
   auto late = client_of(server.port());
   late.connect_timeout = milliseconds(800);
   const auto start = Clock::now();
-  const auto message =
-      cohort_test::message_of<TimeoutError>([&] { TcpStore refused(late); });
+  const auto message = cohort_test::message_of<TimeoutError>([&] { TcpStore refused(late); });
   EXPECT_TRUE(contains(message, "could not connect to the store server"));
   EXPECT_LT(elapsed_since(start), milliseconds(5000));
   for (auto& client : clients) client->set("full", "yes");
@@ -174,7 +174,7 @@ TEST(StoreHostileTest, RandomBytesAndTruncatedFramesHarmNobody) {
     ASSERT_TRUE(raw.connected());
     std::string bytes(random() % 600, '\0');
     for (auto& byte : bytes) byte = static_cast<char>(random());
-    if (i % 3 == 1) bytes = kHello + bytes;                            // garbage after HELLO
+    if (i % 3 == 1) bytes = kHello + bytes;  // garbage after HELLO
     if (i % 3 == 2) bytes = kHello + frame(bytes).substr(0, bytes.size() / 2);  // truncated frame
     raw.try_send(bytes);
     if (i % 20 == 0) {

@@ -31,17 +31,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using cohort_test::client_of;
 using cohort_test::contains;
+using cohort_test::elapsed_since;
 using cohort_test::field;
 using cohort_test::frame;
 using cohort_test::kHello;
 using cohort_test::kOkReply;
 using cohort_test::local_server;
+using cohort_test::message_of;
 using cohort_test::RawClient;
+using cohort_test::spawn;
 using cohort_test::u32le;
 using cohort_test::u64le;
-using cohort_test::elapsed_since;
-using cohort_test::message_of;
-using cohort_test::spawn;
 using std::chrono::milliseconds;
 
 TEST(TcpStoreTest, SixteenClientsAtOnce) {

@@ -1,5 +1,6 @@
 // The store suite (store_suite.hpp) over TorchStore, against PyTorch's own TCPStore server:
-// one process for the whole suite, as PyTorch takes seconds to import (tests/launch/CMakeLists.txt).
+// one process for the whole suite, as PyTorch takes seconds to import
+// (tests/launch/CMakeLists.txt).
 
 #include <cohort/launch/torch_store.hpp>
 

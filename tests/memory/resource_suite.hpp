@@ -135,9 +135,8 @@ TYPED_TEST_P(ResourceTest, SizesOneOddAndLargeAreAlignedDistinctAndUsable) {
   // so a block handed out twice or cut short is caught.
   std::vector<std::size_t> order(sizes.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::less<>()(pointers[a], pointers[b]);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return std::less<>()(pointers[a], pointers[b]); });
   for (std::size_t k = 0; k + 1 < order.size(); ++k) {
     const auto end = reinterpret_cast<std::uintptr_t>(pointers[order[k]]) + sizes[order[k]];
     EXPECT_LE(end, reinterpret_cast<std::uintptr_t>(pointers[order[k + 1]]))
@@ -150,9 +149,8 @@ TYPED_TEST_P(ResourceTest, SizesOneOddAndLargeAreAlignedDistinctAndUsable) {
       const auto pattern = static_cast<unsigned char>(0x11 * (i + 1));
       const auto wrong = std::find_if(block, block + sizes[i],
                                       [&](unsigned char byte) { return byte != pattern; });
-      EXPECT_EQ(wrong, block + sizes[i])
-          << "block " << i << " (" << sizes[i] << " bytes) was overwritten at byte "
-          << (wrong - block);
+      EXPECT_EQ(wrong, block + sizes[i]) << "block " << i << " (" << sizes[i]
+                                         << " bytes) was overwritten at byte " << (wrong - block);
     }
   }
   EXPECT_EQ(resource.bytes_in_use(), total);

@@ -44,8 +44,8 @@ TEST(MemoryEstimate, TheHostHasSomeMemoryAvailable) {
 
 TEST(MemoryEstimate, WhatCannotFitIsRefusedWithBothAmounts) {
   const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
-  const auto message = message_of<OutOfMemory>(
-      [&] { check_memory_fits(Device::host(), huge, "the test's arena"); });
+  const auto message =
+      message_of<OutOfMemory>([&] { check_memory_fits(Device::host(), huge, "the test's arena"); });
   EXPECT_TRUE(contains(message, "the test's arena needs " + std::to_string(huge) + " bytes"));
   EXPECT_TRUE(contains(message, "are available"));
   EXPECT_TRUE(contains(message, "refused before allocating"));
@@ -199,8 +199,8 @@ TEST(MemoryCgroups, AV1JobLimitAboveItsStepIsFoundWithoutTheFileCache) {
   const std::string mounts = mount_line("/", "/sys/fs/cgroup/unified", "cgroup2", "rw") +
                              mount_line("/", v1, "cgroup", "rw,memory") +
                              mount_line("/", "/sys/fs/cgroup/cpu", "cgroup", "rw,cpu");
-  const auto found = detail::tightest_cgroup_memory(
-      "5:cpu:/\n4:memory:/slurm/job_7/step_0\n0::/\n", mounts, tree.root());
+  const auto found = detail::tightest_cgroup_memory("5:cpu:/\n4:memory:/slurm/job_7/step_0\n0::/\n",
+                                                    mounts, tree.root());
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->version, 1);
   EXPECT_EQ(found->folder, tree.root() + v1 + "/slurm/job_7");
@@ -271,8 +271,9 @@ TEST(MemoryCgroups, MountPointsWithEscapedSpacesAreRead) {
 TEST(MemoryEstimate, RanksSharingAHostAreCheckedTogether) {
   const MemoryAvailability available{1000 * kMiB, "a test's limit"};
   EXPECT_NO_THROW(check_memory_fits(available, Device::host(), 250 * kMiB, 4, "the ranks"));
-  const auto message = message_of<OutOfMemory>(
-      [&] { check_memory_fits(available, Device::host(), 251 * kMiB, 4, "the ranks", "Do this."); });
+  const auto message = message_of<OutOfMemory>([&] {
+    check_memory_fits(available, Device::host(), 251 * kMiB, 4, "the ranks", "Do this.");
+  });
   EXPECT_TRUE(contains(message, "251.00 MiB for each of the 4 ranks that share it"));
   EXPECT_TRUE(contains(message, "(a test's limit)"));
   EXPECT_TRUE(contains(message, "refused before allocating. Do this."));
@@ -320,8 +321,8 @@ double library_bytes_per_parameter(int ranks, bool zero1) {
     DataParallel dp(world, registry, options);
     std::unique_ptr<Optimizer> optimizer;
     if (zero1) {
-      optimizer = std::make_unique<ShardedOptimizer>(target_of(dp), AdamWOptions{},
-                                                     sharded_options_of(dp));
+      optimizer =
+          std::make_unique<ShardedOptimizer>(target_of(dp), AdamWOptions{}, sharded_options_of(dp));
     } else {
       optimizer = std::make_unique<AdamW>(target_of(dp), AdamWOptions{});
     }

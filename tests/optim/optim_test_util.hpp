@@ -57,7 +57,9 @@ double unit_roundoff() {
 }
 
 /// Tolerance of fp32 optimizer arithmetic against the double reference after a few steps.
-inline double f32_tolerance(double reference) { return 4e-6 * (1.0 + std::fabs(reference)); }
+inline double f32_tolerance(double reference) {
+  return 4e-6 * (1.0 + std::fabs(reference));
+}
 
 /// PyTorch's SGD in double.
 class ReferenceSgd {
@@ -67,11 +69,12 @@ class ReferenceSgd {
 
   void step(const std::vector<double>& grads, double grad_multiplier = 1.0) {
     ++step_;
-    const double lr = static_cast<double>(options_.lr) *
-                      static_cast<double>(options_.schedule.factor(step_));
+    const double lr =
+        static_cast<double>(options_.lr) * static_cast<double>(options_.schedule.factor(step_));
     const auto momentum = static_cast<double>(options_.momentum);
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      double g = grads[i] * grad_multiplier + static_cast<double>(options_.weight_decay) * params_[i];
+      double g =
+          grads[i] * grad_multiplier + static_cast<double>(options_.weight_decay) * params_[i];
       if (momentum != 0.0) {
         buffer_[i] = step_ == 1 ? g
                                 : momentum * buffer_[i] +
@@ -94,13 +97,15 @@ class ReferenceSgd {
 class ReferenceAdamW {
  public:
   ReferenceAdamW(std::vector<double> params, const cohort::AdamWOptions& options)
-      : params_(std::move(params)), m_(params_.size(), 0.0), v_(params_.size(), 0.0),
+      : params_(std::move(params)),
+        m_(params_.size(), 0.0),
+        v_(params_.size(), 0.0),
         options_(options) {}
 
   void step(const std::vector<double>& grads, double grad_multiplier = 1.0) {
     ++step_;
-    const double lr = static_cast<double>(options_.lr) *
-                      static_cast<double>(options_.schedule.factor(step_));
+    const double lr =
+        static_cast<double>(options_.lr) * static_cast<double>(options_.schedule.factor(step_));
     const auto beta1 = static_cast<double>(options_.beta1);
     const auto beta2 = static_cast<double>(options_.beta2);
     const double t = static_cast<double>(step_);

@@ -59,29 +59,26 @@ std::vector<RankResult> run_zero_one(int ranks, const Options& options, bool pre
         std::vector<Param> sharded_params = initial;
         std::vector<Param> plain_grads(count);
         std::vector<Param> sharded_grads(count);
-        using Optimizer =
-            std::conditional_t<std::is_same_v<Options, cohort::SgdOptions>, cohort::Sgd,
-                               cohort::AdamW>;
-        Optimizer plain({std::span<Param>(plain_params), std::span<Param>(plain_grads), stream,
-                         &world.comm()},
-                        options);
-        cohort::ShardedOptimizer sharded(
-            {std::span<Param>(sharded_params), std::span<Param>(sharded_grads), stream,
-             &world.comm()},
-            options, {.reduce_scatter_grads = !pre_reduced});
+        using Optimizer = std::conditional_t<std::is_same_v<Options, cohort::SgdOptions>,
+                                             cohort::Sgd, cohort::AdamW>;
+        Optimizer plain(
+            {std::span<Param>(plain_params), std::span<Param>(plain_grads), stream, &world.comm()},
+            options);
+        cohort::ShardedOptimizer sharded({std::span<Param>(sharded_params),
+                                          std::span<Param>(sharded_grads), stream, &world.comm()},
+                                         options, {.reduce_scatter_grads = !pre_reduced});
         for (int step = 0; step < kSteps; ++step) {
           stream.synchronize();
-          const auto grads =
-              random_values<Param>(count, static_cast<std::uint32_t>(1000 * rank) + 17 +
-                                              static_cast<std::uint32_t>(step));
+          const auto grads = random_values<Param>(count, static_cast<std::uint32_t>(1000 * rank) +
+                                                             17 + static_cast<std::uint32_t>(step));
           std::copy(grads.begin(), grads.end(), plain_grads.begin());
           std::copy(grads.begin(), grads.end(), sharded_grads.begin());
           world.comm().all_reduce(std::span<Param>(plain_grads), cohort::ReduceOp::avg, stream);
           plain.step();
           if (pre_reduced) {
             const cohort::TensorView all = std::span<Param>(sharded_grads);
-            world.comm().reduce_scatter(all, all.slice(sharded.shard_offset(),
-                                                       sharded.shard_count()),
+            world.comm().reduce_scatter(all,
+                                        all.slice(sharded.shard_offset(), sharded.shard_count()),
                                         cohort::ReduceOp::avg, stream);
           }
           sharded.step();
@@ -148,8 +145,7 @@ TEST(ZeroOne, RejectsAnArenaThatIsNotAMultipleOfTheWorldSize) {
                      std::vector<float> params(5, 1.0f);
                      std::vector<float> grads(5, 1.0f);
                      cohort::ShardedOptimizer optimizer(
-                         {std::span<float>(params), std::span<float>(grads), stream,
-                          &world.comm()},
+                         {std::span<float>(params), std::span<float>(grads), stream, &world.comm()},
                          cohort::AdamWOptions{});
                    },
                    host_options()),

@@ -27,14 +27,16 @@
 namespace cohort_test {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                  \
-  if (cohort::cuda_device_count() == 0) {                                   \
-    GTEST_SKIP() << "no GPU: " << cohort::cuda_unavailable_reason();        \
+#define SKIP_WITHOUT_GPU()                                           \
+  if (cohort::cuda_device_count() == 0) {                            \
+    GTEST_SKIP() << "no GPU: " << cohort::cuda_unavailable_reason(); \
   }
 
 #if COHORT_WITH_CUDA
 
-void check(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
+void check(cudaError_t status) {
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+}
 
 /// A device copy of a host vector, copied back by `to_host`. Copies wait for the whole device
 /// before and after: cudaMemcpy runs on the legacy stream, which cohort's non-blocking streams do
@@ -102,17 +104,16 @@ void expect_kernel_matches_host(const cohort::kernels::UpdateHyper& hyper, std::
   DeviceArray<float> d_state0(state0);
   DeviceArray<float> d_state1(state1);
   DeviceArray<k::StepScalars> d_scalars(std::vector<k::StepScalars>{scalars});
-  k::cuda::optimizer_step({d_params.view(), d_grads.view(), has_master ? d_master.data() : nullptr,
-                           has_state0 ? d_state0.data() : nullptr,
-                           has_state1 ? d_state1.data() : nullptr},
-                          hyper, d_scalars.data(), nullptr);
+  k::cuda::optimizer_step(
+      {d_params.view(), d_grads.view(), has_master ? d_master.data() : nullptr,
+       has_state0 ? d_state0.data() : nullptr, has_state1 ? d_state1.data() : nullptr},
+      hyper, d_scalars.data(), nullptr);
   check(cudaDeviceSynchronize());
   std::vector<Grad> host_grads = grads;
-  k::host::optimizer_step({std::span<Param>(params), std::span<Grad>(host_grads),
-                           has_master ? master.data() : nullptr,
-                           has_state0 ? state0.data() : nullptr,
-                           has_state1 ? state1.data() : nullptr},
-                          hyper, scalars);
+  k::host::optimizer_step(
+      {std::span<Param>(params), std::span<Grad>(host_grads), has_master ? master.data() : nullptr,
+       has_state0 ? state0.data() : nullptr, has_state1 ? state1.data() : nullptr},
+      hyper, scalars);
   const auto device_params = d_params.to_host();
   const auto device_master = d_master.to_host();
   const auto device_state0 = d_state0.to_host();
@@ -158,8 +159,8 @@ TYPED_TEST(CudaKernelTest, StepsMatchTheHostLoops) {
   namespace k = cohort::kernels;
   for (std::size_t count : {std::size_t{1}, std::size_t{1003}, std::size_t{1} << 20}) {
     SCOPED_TRACE(testing::Message() << count << " elements");
-    expect_kernel_matches_host<P, G>({k::UpdateRule::adamw, {}, {0.9f, 0.99f, 1e-8f, 0.1f}},
-                                     count, 1);
+    expect_kernel_matches_host<P, G>({k::UpdateRule::adamw, {}, {0.9f, 0.99f, 1e-8f, 0.1f}}, count,
+                                     1);
     expect_kernel_matches_host<P, G>({k::UpdateRule::sgd, {0.9f, 0.1f, 0.01f, false}, {}}, count,
                                      2);
     expect_kernel_matches_host<P, G>({k::UpdateRule::sgd, {0.9f, 0.0f, 0.0f, true}, {}}, count, 3);
@@ -226,8 +227,7 @@ TEST(CudaKernels, PrepareStepMatchesTheHost) {
       d_scalars.upload(device_scalars);
       k::cuda::prepare_step(d_scalars.data(), d_scaler.data(), args, nullptr);
       k::prepare_step(host_scalars, &host_scaler, args);
-      expect_same_scalars(d_scalars.to_host()[0], host_scalars, d_scaler.to_host()[0],
-                          host_scaler);
+      expect_same_scalars(d_scalars.to_host()[0], host_scalars, d_scaler.to_host()[0], host_scaler);
     }
     EXPECT_EQ(host_scaler.skipped_steps, 1);
     EXPECT_EQ(host_scalars.step, 7);
@@ -410,8 +410,7 @@ TEST(CudaOptimizer, AdamWWithManagedStateIsBitwiseEqualToTheDevicePool) {
   const auto managed = cohort::make_managed_resource({.device = 0});
   cohort::AdamWOptions managed_options = options;
   managed_options.state_resource = managed;
-  cohort::AdamW on_managed({managed_params.view(), managed_grads.view(), stream},
-                           managed_options);
+  cohort::AdamW on_managed({managed_params.view(), managed_grads.view(), stream}, managed_options);
   // bf16 parameters: f32 master weights and two moments, all managed; the scalars are not.
   ASSERT_EQ(on_managed.state().size(), 3u);
   EXPECT_EQ(managed->bytes_in_use(), 3 * kCount * sizeof(float));
@@ -437,12 +436,10 @@ TEST(CudaOptimizer, AdamWWithManagedStateIsBitwiseEqualToTheDevicePool) {
   const auto managed_state = on_managed.state();
   ASSERT_EQ(pool_state.size(), managed_state.size());
   for (std::size_t i = 0; i < pool_state.size(); ++i) {
-    const auto expected = download<std::uint32_t>(
-        cohort::TensorView(pool_state[i].view.data(), kCount, cohort::DType::f32,
-                           cohort::Device::cuda(0)));
-    const auto actual = download<std::uint32_t>(
-        cohort::TensorView(managed_state[i].view.data(), kCount, cohort::DType::f32,
-                           cohort::Device::cuda(0)));
+    const auto expected = download<std::uint32_t>(cohort::TensorView(
+        pool_state[i].view.data(), kCount, cohort::DType::f32, cohort::Device::cuda(0)));
+    const auto actual = download<std::uint32_t>(cohort::TensorView(
+        managed_state[i].view.data(), kCount, cohort::DType::f32, cohort::Device::cuda(0)));
     EXPECT_TRUE(expected == actual) << pool_state[i].name << " differs bit for bit";
   }
 }
@@ -466,7 +463,8 @@ class Ballast {
 TEST(CudaOptimizer, OversubscribedManagedStateConstructsAndSteps) {
   SKIP_WITHOUT_GPU();
   if (!cohort::managed::concurrent_access(0)) {
-    GTEST_SKIP() << "cuda:0 lacks concurrent managed access: managed memory cannot oversubscribe it";
+    GTEST_SKIP()
+        << "cuda:0 lacks concurrent managed access: managed memory cannot oversubscribe it";
   }
   constexpr std::size_t kCount = std::size_t{64} << 20;
   constexpr std::size_t kStateBytes = 3 * kCount * sizeof(float);  // master, exp_avg, exp_avg_sq
@@ -506,8 +504,7 @@ TEST(CudaOptimizer, OversubscribedManagedStateConstructsAndSteps) {
   };
   EXPECT_THROW(make_refused(), cohort::OutOfMemory);
   // ...with it, the state is accepted and steps.
-  const auto managed =
-      cohort::make_managed_resource({.device = 0, .allow_oversubscription = true});
+  const auto managed = cohort::make_managed_resource({.device = 0, .allow_oversubscription = true});
   ASSERT_TRUE(managed->oversubscribable());
   cohort::AdamWOptions oversubscribed = options;
   oversubscribed.state_resource = managed;

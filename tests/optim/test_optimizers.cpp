@@ -18,10 +18,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numbers>
 #include <span>
 #include <string>
-#include <memory>
 #include <vector>
 
 namespace cohort_test {
@@ -39,9 +39,9 @@ struct StepTypes {
   using Grad = G;
 };
 
-using AllStepTypes = ::testing::Types<StepTypes<float, float>, StepTypes<bfloat16, bfloat16>,
-                                      StepTypes<bfloat16, float>, StepTypes<half, half>,
-                                      StepTypes<half, float>>;
+using AllStepTypes =
+    ::testing::Types<StepTypes<float, float>, StepTypes<bfloat16, bfloat16>,
+                     StepTypes<bfloat16, float>, StepTypes<half, half>, StepTypes<half, float>>;
 
 class StepTypeNames {
  public:
@@ -83,12 +83,10 @@ void expect_params_match(const std::vector<Param>& params, const cohort::Optimiz
       ASSERT_NEAR(value, reference[i], f32_tolerance(reference[i])) << "element " << i;
     } else {
       const double master_value = static_cast<double>((*master)[i]);
-      ASSERT_NEAR(master_value, reference[i], f32_tolerance(reference[i]))
-          << "master weight " << i;
+      ASSERT_NEAR(master_value, reference[i], f32_tolerance(reference[i])) << "master weight " << i;
       ASSERT_EQ(params[i].bits, Param((*master)[i]).bits)
           << "param " << i << " is not its master weight rounded";
-      ASSERT_NEAR(value, reference[i],
-                  2 * unit_roundoff<Param>() * std::fabs(reference[i]) + 1e-6)
+      ASSERT_NEAR(value, reference[i], 2 * unit_roundoff<Param>() * std::fabs(reference[i]) + 1e-6)
           << "param " << i;
     }
   }
@@ -107,9 +105,9 @@ void expect_matches_reference(const Options& options, std::uint32_t seed, int st
   std::vector<Param> params = random_values<Param>(kCount, seed);
   std::vector<Grad> grads(kCount);
   Reference reference(to_doubles(params), options);
-  Optimizer optimizer({.params = std::span<Param>(params), .grads = std::span<Grad>(grads),
-                       .stream = stream},
-                      options);
+  Optimizer optimizer(
+      {.params = std::span<Param>(params), .grads = std::span<Grad>(grads), .stream = stream},
+      options);
   for (int step = 0; step < steps; ++step) {
     stream.synchronize();  // the last step has read the grads
     const auto fresh = random_values<Grad>(kCount, seed + 100 + static_cast<std::uint32_t>(step),
@@ -224,9 +222,9 @@ struct ScaledRun {
   std::vector<float> grads = std::vector<float>(kCount);
   Options options{.lr = 1e-2f};
   Reference reference{to_doubles(params), options};
-  Optimizer optimizer{{.params = std::span<float>(params), .grads = std::span<float>(grads),
-                       .stream = stream},
-                      options};
+  Optimizer optimizer{
+      {.params = std::span<float>(params), .grads = std::span<float>(grads), .stream = stream},
+      options};
 
   /// Gradients as a backward pass on a loss multiplied by the current scale would give them,
   /// with `poison` (inf or NaN) at one element when asked.
@@ -290,10 +288,9 @@ TEST(LossScaler, GrowsAfterCleanStepsHalvesAndSkipsOnOverflow) {
 
 TEST(LossScaler, ScaleStaysWithinItsBounds) {
   ScaledRun<> run;
-  cohort::LossScaler scaler(cohort::Device::host(), {.initial_scale = 4.0f,
-                                                     .growth_interval = 1,
-                                                     .min_scale = 1.0f,
-                                                     .max_scale = 16.0f});
+  cohort::LossScaler scaler(
+      cohort::Device::host(),
+      {.initial_scale = 4.0f, .growth_interval = 1, .min_scale = 1.0f, .max_scale = 16.0f});
   run.optimizer.set_loss_scaler(&scaler);
   for (std::uint32_t i = 0; i < 4; ++i) {
     run.step(i, std::numeric_limits<float>::infinity(), &scaler);
@@ -406,8 +403,9 @@ TEST(HostKernels, CastsRoundToNearestEven) {
   for (std::size_t i = 0; i < source.size(); ++i) {
     ASSERT_EQ(back[i], static_cast<float>(b[i]));
   }
-  EXPECT_THROW(cohort::kernels::host::cast(std::span<float>(source), std::span<float>(back).first(3)),
-               cohort::InvalidArgument);
+  EXPECT_THROW(
+      cohort::kernels::host::cast(std::span<float>(source), std::span<float>(back).first(3)),
+      cohort::InvalidArgument);
 }
 
 // ---- state and checks ----
@@ -480,20 +478,24 @@ void expect_pieces_step_as_the_whole(bool adamw) {
   std::vector<cohort::OptimizerPiece> pieces;
   for (std::size_t s = 0; s < kSegments; ++s) {
     pieces.push_back({s * kSegment + kPiece, s * kPiece, kPiece});
-    shard_grads.insert(shard_grads.end(), all_grads.begin() + static_cast<long>(s * kSegment + kPiece),
+    shard_grads.insert(shard_grads.end(),
+                       all_grads.begin() + static_cast<long>(s * kSegment + kPiece),
                        all_grads.begin() + static_cast<long>((s + 1) * kSegment));
   }
   int hooks = 0;
   const cohort::OptimizerTarget plain{std::span<Param>(whole), std::span<Param>(all_grads), stream};
-  const cohort::OptimizerTarget target{std::span<Param>(sharded), std::span<Param>(shard_grads),
-                                       stream, nullptr, true, pieces, [&] { ++hooks; }};
+  const cohort::OptimizerTarget target{
+      std::span<Param>(sharded), std::span<Param>(shard_grads), stream, nullptr, true, pieces,
+      [&] { ++hooks; }};
   std::unique_ptr<cohort::Optimizer> reference, optimizer;
   if (adamw) {
     reference = std::make_unique<cohort::AdamW>(plain, cohort::AdamWOptions{.lr = 0.01f});
     optimizer = std::make_unique<cohort::AdamW>(target, cohort::AdamWOptions{.lr = 0.01f});
   } else {
-    reference = std::make_unique<cohort::Sgd>(plain, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
-    optimizer = std::make_unique<cohort::Sgd>(target, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
+    reference =
+        std::make_unique<cohort::Sgd>(plain, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
+    optimizer =
+        std::make_unique<cohort::Sgd>(target, cohort::SgdOptions{.lr = 0.1f, .momentum = 0.9f});
   }
   EXPECT_TRUE(optimizer->is_sharded());
   EXPECT_EQ(optimizer->shard_count(), kSegments * kPiece);
@@ -529,8 +531,13 @@ TEST(ShardedTarget, RejectsPiecesThatDoNotCoverTheShard) {
   std::vector<float> params(256, 1.0f);
   std::vector<float> grads(128, 1.0f);
   auto target = [&](std::vector<cohort::OptimizerPiece> pieces) {
-    return cohort::OptimizerTarget{std::span<float>(params), std::span<float>(grads), stream,
-                                   nullptr, true, std::move(pieces), nullptr};
+    return cohort::OptimizerTarget{std::span<float>(params),
+                                   std::span<float>(grads),
+                                   stream,
+                                   nullptr,
+                                   true,
+                                   std::move(pieces),
+                                   nullptr};
   };
   EXPECT_NO_THROW(cohort::AdamW(target({{0, 0, 64}, {192, 64, 64}})));
   EXPECT_THROW(cohort::AdamW(target({{0, 0, 64}})), cohort::InvalidArgument);  // short

@@ -29,7 +29,8 @@ namespace cohort_test {
 /// program of that name beside the running test.
 inline std::string build_path(const std::string& relative) {
   const std::string build = test_binary_dir();
-  const std::filesystem::path in_build = (build.empty() ? std::string(".") : build) + "/" + relative;
+  const std::filesystem::path in_build =
+      (build.empty() ? std::string(".") : build) + "/" + relative;
   std::error_code error;
   if (std::filesystem::exists(in_build, error)) {
     return in_build.string();
@@ -103,8 +104,8 @@ inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& prog
   cohort::TcpStoreServer server(server_options);
   const std::string port = std::to_string(server.port());
 
-  const auto folder = std::filesystem::temp_directory_path() /
-                      ("cohort-" + tag + "-" + std::to_string(getpid()));
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("cohort-" + tag + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(folder);
   run_folders().add(folder);
   // Everything a child needs is built here: after fork() it only opens, duplicates and execs,
@@ -120,17 +121,13 @@ inline std::vector<ProcessRank> run_process_ranks(int n, const std::string& prog
   for (int r = 0; r < n; ++r) {
     const auto index = static_cast<std::size_t>(r);
     ranks[index].output = folder / ("rank" + std::to_string(r) + ".log");
-    std::vector<std::string> settings = {"RANK=" + std::to_string(r),
-                                         "WORLD_SIZE=" + std::to_string(n),
-                                         "LOCAL_RANK=" + std::to_string(r),
-                                         "LOCAL_WORLD_SIZE=" + std::to_string(n),
-                                         "MASTER_ADDR=127.0.0.1",
-                                         "MASTER_PORT=" + port,
-                                         "COHORT_STORE_EXTERNAL=1",
-                                         "TORCHELASTIC_RUN_ID=" + tag + port,
-                                         "COHORT_TIMEOUT=20s",
-                                         // A failure's collectives dump lands in the run's folder.
-                                         "TMPDIR=" + folder.string()};
+    std::vector<std::string> settings = {
+        "RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n),
+        "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(n),
+        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "COHORT_STORE_EXTERNAL=1",
+        "TORCHELASTIC_RUN_ID=" + tag + port, "COHORT_TIMEOUT=20s",
+        // A failure's collectives dump lands in the run's folder.
+        "TMPDIR=" + folder.string()};
     settings.insert(settings.end(), environment.begin(), environment.end());
     auto& text = env_text[index];
     for (char** entry = environ; *entry != nullptr; ++entry) text.emplace_back(*entry);

@@ -34,8 +34,7 @@ inline cohort::TcpStoreServerOptions local_server(std::string token = {}) {
 }
 
 /// A client of the server on 127.0.0.1:`port` presenting `token` (empty: none).
-inline cohort::TcpStoreOptions client_of(int port,
-                                         std::string token = std::string(),
+inline cohort::TcpStoreOptions client_of(int port, std::string token = std::string(),
                                          cohort::Milliseconds timeout = std::chrono::seconds(10)) {
   cohort::TcpStoreOptions options;
   options.host = "127.0.0.1";
@@ -114,7 +113,8 @@ class RawClient {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out.size() < size) {
       pollfd entry{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<cohort::Milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<cohort::Milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) break;
       char buffer[4096];
       const ssize_t got = ::recv(fd_, buffer, std::min(sizeof(buffer), size - out.size()), 0);
@@ -129,7 +129,8 @@ class RawClient {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       pollfd entry{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<cohort::Milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<cohort::Milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || ::poll(&entry, 1, static_cast<int>(left.count())) <= 0) return false;
       char buffer[4096];
       const ssize_t got = ::recv(fd_, buffer, sizeof(buffer), 0);

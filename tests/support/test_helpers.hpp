@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 /// transport (COHORT_HOST_TRANSPORT=shm, =gloo); unset means shared memory.
 inline cohort::Backend expected_host_backend() {
   return cohort::env::text(cohort::env::kHostTransport) == "gloo" ? cohort::Backend::gloo
-                                                                 : cohort::Backend::shm;
+                                                                  : cohort::Backend::shm;
 }
 
 /// The top build folder ctest names in `COHORT_TEST_BINARY_DIR`; empty when it is not set.
@@ -48,8 +48,9 @@ inline ::testing::AssertionResult contains(const std::string& text, const std::s
 /// wait for the event they need (a client blocked in the store, a bucket reduced) instead of
 /// sleeping and hoping it happened. A failure names `what` when the deadline passes first.
 template <typename Event>
-::testing::AssertionResult wait_until(Event&& event, const std::string& what,
-                                      std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+::testing::AssertionResult wait_until(
+    Event&& event, const std::string& what,
+    std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
   const auto start = Clock::now();
   while (!event()) {
     if (Clock::now() - start > deadline) {

@@ -25,7 +25,8 @@ extern char** environ;
 namespace cohort_test {
 
 /// Driven one line at a time: `new` prints the port of a fresh server (its own keys; libuv's,
-/// PyTorch's default and torchrun's); `set PORT KEY VALUE` and `get PORT KEY` go through PyTorch's own client of that server.
+/// PyTorch's default and torchrun's); `set PORT KEY VALUE` and `get PORT KEY` go through PyTorch's
+/// own client of that server.
 inline constexpr const char* kTorchStoreServerScript = R"PY(
 import sys
 from datetime import timedelta
@@ -166,8 +167,8 @@ class TorchStoreServers {
           deadline - std::chrono::steady_clock::now());
       pollfd descriptor{from_child_, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&descriptor, 1, static_cast<int>(left.count())) <= 0) {
-        return "error: no answer from the PyTorch helper in " +
-               std::to_string(timeout.count()) + " s";
+        return "error: no answer from the PyTorch helper in " + std::to_string(timeout.count()) +
+               " s";
       }
       if (::read(from_child_, &c, 1) != 1) return "error: the PyTorch helper ended";
       if (c == '\n') return line;

@@ -37,7 +37,9 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
   return sum;
 }
 
-cohort::TensorView view(std::vector<float>& values) { return std::span<float>(values); }
+cohort::TensorView view(std::vector<float>& values) {
+  return std::span<float>(values);
+}
 
 /// Checks `analytic` (d objective / d input) against central differences of `objective`, which
 /// reads `input`. Every entry for small inputs, a spread of them otherwise.
@@ -86,9 +88,12 @@ void check_convolution(CnnOps& ops, const ConvGeometry& g, std::uint64_t seed) {
 }
 
 TEST_P(CnnLayers, ConvolutionGradientsMatchFiniteDifferences) {
-  check_convolution(ops_, {.input = {2, 3, 6, 5}, .filters = 4, .kernel = 3, .stride = 1, .padding = 1}, 1);
-  check_convolution(ops_, {.input = {3, 2, 7, 7}, .filters = 5, .kernel = 3, .stride = 2, .padding = 1}, 2);
-  check_convolution(ops_, {.input = {2, 4, 6, 6}, .filters = 3, .kernel = 1, .stride = 2, .padding = 0}, 3);
+  check_convolution(
+      ops_, {.input = {2, 3, 6, 5}, .filters = 4, .kernel = 3, .stride = 1, .padding = 1}, 1);
+  check_convolution(
+      ops_, {.input = {3, 2, 7, 7}, .filters = 5, .kernel = 3, .stride = 2, .padding = 1}, 2);
+  check_convolution(
+      ops_, {.input = {2, 4, 6, 6}, .filters = 3, .kernel = 1, .stride = 2, .padding = 0}, 3);
 }
 
 TEST_P(CnnLayers, ConvolutionOfAKnownImage) {
@@ -165,7 +170,8 @@ TEST_P(CnnLayers, LinearAndSoftmaxCrossEntropyGradientsMatchFiniteDifferences) {
                w.data(), 0.0f, logits.data());
     math_.bias_activation(logits.data(), bias.data(), kRows, kClasses, false);
     stats[0] = 0.0;
-    math_.softmax_cross_entropy(logits.data(), labels.data(), kRows, kClasses, 1.0f, grad.data(), stats);
+    math_.softmax_cross_entropy(logits.data(), labels.data(), kRows, kClasses, 1.0f, grad.data(),
+                                stats);
     stream_.synchronize();
     return stats[0];
   };
@@ -193,7 +199,8 @@ TEST_P(CnnLayers, RejectsMismatchedViews) {
 
 INSTANTIATE_TEST_SUITE_P(Host, CnnLayers, ::testing::Values(Layout::nchw, Layout::nhwc),
                          [](const ::testing::TestParamInfo<Layout>& test) {
-                           return test.param == Layout::nchw ? std::string("nchw") : std::string("nhwc");
+                           return test.param == Layout::nchw ? std::string("nchw")
+                                                             : std::string("nhwc");
                          });
 
 }  // namespace

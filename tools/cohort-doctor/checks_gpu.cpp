@@ -30,9 +30,10 @@ Finding check_gpu_count(int gpu_count, std::string_view unavailable_reason, bool
     return finding;
   }
   finding.severity = Severity::info;
-  finding.message = "No GPU. Reason: " + std::string(unavailable_reason) +
-                    ". cohort runs on the host backend (host memory; shared memory between the ranks of a "
-                    "host, Gloo over TCP between hosts)";
+  finding.message =
+      "No GPU. Reason: " + std::string(unavailable_reason) +
+      ". cohort runs on the host backend (host memory; shared memory between the ranks of a "
+      "host, Gloo over TCP between hosts)";
   if (!built_with_cuda) {
     finding.advice = "to train on GPUs, rebuild with a CUDA toolkit and -DCOHORT_WITH_CUDA=ON";
   }

@@ -165,13 +165,15 @@ Finding check_nvml(const GpuSystem& system, int cuda_gpu_count) {
     finding.message += "; yet the PCI bus has " + std::to_string(system.nvidia_pci_devices) +
                        " NVIDIA GPU(s): the driver is missing or not loaded, or this container "
                        "was started without them";
-    finding.advice = "install or load the NVIDIA driver (nvidia-smi must work); in a container, "
-                     "start it with --gpus all (the NVIDIA Container Toolkit)";
+    finding.advice =
+        "install or load the NVIDIA driver (nvidia-smi must work); in a container, "
+        "start it with --gpus all (the NVIDIA Container Toolkit)";
   } else if (cuda_gpu_count > 0) {
     finding.severity = Severity::warn;
     finding.message += "; CUDA sees GPUs, so their health (ECC, links, clocks) is not checked";
-    finding.advice = "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
-                     "with the utility capability)";
+    finding.advice =
+        "make libnvidia-ml.so.1 visible (in containers: the NVIDIA container toolkit "
+        "with the utility capability)";
   } else {
     finding.severity = Severity::info;
     finding.message += "; no NVIDIA GPU on the PCI bus";

@@ -181,19 +181,22 @@ Finding check_gloo_socket(const EnvMap& environment, std::span<const NetworkInte
       hostname_address ? "the host name's address, " + *hostname_address + ", is only the fallback"
                        : "the host name, which does not resolve, is not needed";
   if (num_nodes <= 1) {
-    finding.message = "on one node the host backend uses shared memory; Gloo over TCP (only with "
-                      "COHORT_HOST_TRANSPORT=gloo there) binds 127.0.0.1; across nodes it binds "
-                      "the local address of the route to the store host (MASTER_ADDR), and " +
-                      fallback;
+    finding.message =
+        "on one node the host backend uses shared memory; Gloo over TCP (only with "
+        "COHORT_HOST_TRANSPORT=gloo there) binds 127.0.0.1; across nodes it binds "
+        "the local address of the route to the store host (MASTER_ADDR), and " +
+        fallback;
     return finding;
   }
   std::string master = detail::lookup(environment, cohort::env::kMasterAddr).value_or("");
   if (master.empty()) {
     master = detail::lookup(environment, cohort::env::kTorchMasterAddr).value_or("");
   }
-  finding.message = "across nodes the host backend (Gloo over TCP) binds the local address of the "
-                    "route to the store host" + (master.empty() ? std::string() : " " + master) +
-                    "; " + fallback + " (set GLOO_SOCKET_IFNAME to choose)";
+  finding.message =
+      "across nodes the host backend (Gloo over TCP) binds the local address of the "
+      "route to the store host" +
+      (master.empty() ? std::string() : " " + master) + "; " + fallback +
+      " (set GLOO_SOCKET_IFNAME to choose)";
   if (master == "localhost" || master.starts_with("127.")) {
     finding.severity = Severity::warn;
     finding.message += ": " + master + " is this host's loopback, which other nodes cannot reach";

@@ -12,8 +12,8 @@ namespace cohort::doctor {
 
 /// Where the probes look: the real system by default; tests point them at a made-up one.
 struct ProbeOptions {
-  std::string sysfs_root;    ///< read <root>/sys instead of /sys ("": /)
-  std::string nvml_library;  ///< NVML to dlopen ("": libnvidia-ml.so.1)
+  std::string sysfs_root;          ///< read <root>/sys instead of /sys ("": /)
+  std::string nvml_library;        ///< NVML to dlopen ("": libnvidia-ml.so.1)
   double connect_timeout_s = 2.0;  ///< for the TCP connection to the rendezvous address
 };
 

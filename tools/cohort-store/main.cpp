@@ -19,9 +19,10 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  CLI::App app{"cohort-store: a standalone TCP key-value store server for cohort runs (the "
-               "rendezvous of ranks launched by hand or by a launcher that hosts no store).",
-               "cohort-store"};
+  CLI::App app{
+      "cohort-store: a standalone TCP key-value store server for cohort runs (the "
+      "rendezvous of ranks launched by hand or by a launcher that hosts no store).",
+      "cohort-store"};
   cohort::cli::conventions(app);
   cohort::TcpStoreServerOptions options;
   options.port = 29500;

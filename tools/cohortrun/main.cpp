@@ -175,7 +175,8 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
   auto unknown_option = [&]() -> std::optional<int> {
     const std::vector<std::string> rest = app.remaining();
     if (!rest.empty() && rest.front().starts_with("-") && rest.front() != "--") {
-      return usage_error("unknown option '" + rest.front() + "' (PROGRAM and its arguments come "
+      return usage_error("unknown option '" + rest.front() +
+                         "' (PROGRAM and its arguments come "
                          "after cohortrun's options; put \"--\" before a PROGRAM named -...)");
     }
     return std::nullopt;
@@ -204,8 +205,9 @@ std::optional<int> parse(int argc, char** argv, Options& options) {
   }
   if (options.nnodes > 1) {
     if (options.max_restarts > 0) {
-      return usage_error("--max-restarts needs --nnodes 1: restarting ranks on several nodes "
-                         "needs every node's launcher to agree (use torchrun's elastic agent)");
+      return usage_error(
+          "--max-restarts needs --nnodes 1: restarting ranks on several nodes "
+          "needs every node's launcher to agree (use torchrun's elastic agent)");
     }
     if (options.master_addr.empty()) {
       return usage_error("--nnodes " + std::to_string(options.nnodes) +
@@ -316,7 +318,8 @@ SuperviseOutcome run_once(Options options, int restart) {
   supervisor_options.prefix_output = !options.no_prefix;
   supervisor_options.kill_timeout =
       std::chrono::milliseconds(std::llround(options.kill_timeout_seconds * 1000.0));
-  supervisor_options.grace = std::chrono::milliseconds(std::llround(options.grace_seconds * 1000.0));
+  supervisor_options.grace =
+      std::chrono::milliseconds(std::llround(options.grace_seconds * 1000.0));
   return supervise(supervisor_options, ranks);
 }
 
@@ -369,13 +372,16 @@ int wait_unless_signalled(double seconds) {
 /// cannot help says so with 78; the backoff bounds the cost of everything else.
 int run(Options options) {
   if (options.master_addr.empty()) options.master_addr = "127.0.0.1";
-  if (options.master_port < 0) options.master_port = options.nnodes == 1 ? 0 : kDefaultMultiNodePort;
+  if (options.master_port < 0)
+    options.master_port = options.nnodes == 1 ? 0 : kDefaultMultiNodePort;
   const bool fixed_run_id = !options.run_id.empty();
   double delay = options.restart_delay_seconds;
   for (int restart = 0;; ++restart) {
     Options attempt = options;
-    if (!fixed_run_id) attempt.run_id.clear();
-    else if (restart > 0) attempt.run_id += "-restart" + std::to_string(restart);
+    if (!fixed_run_id)
+      attempt.run_id.clear();
+    else if (restart > 0)
+      attempt.run_id += "-restart" + std::to_string(restart);
     const auto started = std::chrono::steady_clock::now();
     const SuperviseOutcome outcome = run_once(attempt, restart);
     const double ran =

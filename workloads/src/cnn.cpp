@@ -29,19 +29,20 @@ Cnn::Cnn(const CnnConfig& config, cohort::ParamRegistry& registry) : config_(con
     const auto f = static_cast<std::size_t>(unit.conv.filters);
     const auto c = static_cast<std::size_t>(unit.conv.input.c);
     const auto k = static_cast<std::size_t>(unit.conv.kernel);
-    unit.weight.handle = registry.add(name + ".conv.weight",
-                                      config.layout == Layout::nchw
-                                          ? std::vector<std::size_t>{f, c, k, k}
-                                          : std::vector<std::size_t>{f, k, k, c},
-                                      config.dtype);
+    unit.weight.handle =
+        registry.add(name + ".conv.weight",
+                     config.layout == Layout::nchw ? std::vector<std::size_t>{f, c, k, k}
+                                                   : std::vector<std::size_t>{f, k, k, c},
+                     config.dtype);
     unit.gamma.handle = registry.add(name + ".bn.weight", {f}, config.dtype);
     unit.beta.handle = registry.add(name + ".bn.bias", {f}, config.dtype);
   }
   units_[2].residual_from = 0;  // block2's output adds the stem's
   const auto features = static_cast<std::size_t>(2 * w);
-  fc_weight_.handle = registry.add("fc.weight", {static_cast<std::size_t>(config.classes), features},
-                                   config.dtype);
-  fc_bias_.handle = registry.add("fc.bias", {static_cast<std::size_t>(config.classes)}, config.dtype);
+  fc_weight_.handle =
+      registry.add("fc.weight", {static_cast<std::size_t>(config.classes), features}, config.dtype);
+  fc_bias_.handle =
+      registry.add("fc.bias", {static_cast<std::size_t>(config.classes)}, config.dtype);
 }
 
 std::size_t Cnn::parameter_count() const noexcept {
@@ -49,7 +50,8 @@ std::size_t Cnn::parameter_count() const noexcept {
   for (const Unit& unit : units_) {
     total += unit.conv.weight_count() + 2 * static_cast<std::size_t>(unit.conv.filters);
   }
-  return total + static_cast<std::size_t>(config_.classes) * static_cast<std::size_t>(2 * config_.width + 1);
+  return total + static_cast<std::size_t>(config_.classes) *
+                     static_cast<std::size_t>(2 * config_.width + 1);
 }
 
 double Cnn::forward_flops() const noexcept {
@@ -65,7 +67,8 @@ void Cnn::initialise(cohort::DataParallel& dp, Math& math, std::uint64_t seed) c
     detail::Generator generator(seed * 1000003ULL + stream++);
     const double bound = std::sqrt(6.0 / fan_in);
     std::vector<float> values(view.count());
-    for (float& value : values) value = static_cast<float>(bound * (2.0 * generator.uniform() - 1.0));
+    for (float& value : values)
+      value = static_cast<float>(bound * (2.0 * generator.uniform() - 1.0));
     math.upload_values(view, values);
   };
   auto fill = [&](const Param& param, float constant) {
@@ -101,7 +104,8 @@ void Cnn::bind(cohort::DataParallel& dp, Math& math, int max_batch) {
     unit.conv_out = math.allocate_floats(count);
     unit.activation = math.allocate_floats(count);
     unit.grad = math.allocate_floats(count);
-    const auto stats = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(unit.conv.filters);
+    const auto stats =
+        static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(unit.conv.filters);
     unit.saved_mean = math.allocate_floats(stats);
     unit.saved_inv_std = math.allocate_floats(stats);
     for (Param* param : {&unit.weight, &unit.gamma, &unit.beta}) mirror(*param);
@@ -153,9 +157,9 @@ void Cnn::grad_out(Param& param, cohort::DataParallel& dp) {
 
 void Cnn::forward(const float* images, int batch) {
   COHORT_EXPECTS(dp_ != nullptr, "bind the CNN before running it");
-  COHORT_EXPECTS(batch > 0 && batch <= max_batch_,
-                 "batch of " + std::to_string(batch) + " images; bound for up to " +
-                     std::to_string(max_batch_));
+  COHORT_EXPECTS(batch > 0 && batch <= max_batch_, "batch of " + std::to_string(batch) +
+                                                       " images; bound for up to " +
+                                                       std::to_string(max_batch_));
   images_ = images;
   batch_ = batch;
   const int group = batch % config_.bn_group == 0 ? config_.bn_group : batch;
@@ -166,13 +170,14 @@ void Cnn::forward(const float* images, int batch) {
     const std::size_t count = g.output().count();
     auto* conv_out = static_cast<float*>(unit.conv_out.data());
     auto* activation = static_cast<float*>(unit.activation.data());
-    ops_->conv_forward(g, f32_view(x, g.input.count()), f32_view(value(unit.weight), g.weight_count()),
-                       f32_view(conv_out, count));
+    ops_->conv_forward(g, f32_view(x, g.input.count()),
+                       f32_view(value(unit.weight), g.weight_count()), f32_view(conv_out, count));
     ops_->batch_norm_forward(g.output(), group, conv_out, value(unit.gamma), value(unit.beta),
                              activation, static_cast<float*>(unit.saved_mean.data()),
                              static_cast<float*>(unit.saved_inv_std.data()));
     if (unit.residual_from >= 0) {
-      ops_->add_into(static_cast<const float*>(units_[static_cast<std::size_t>(unit.residual_from)].activation.data()),
+      ops_->add_into(static_cast<const float*>(
+                         units_[static_cast<std::size_t>(unit.residual_from)].activation.data()),
                      activation, count);
     }
     ops_->relu(activation, activation, count);
@@ -189,9 +194,10 @@ void Cnn::forward(const float* images, int batch) {
   math_->bias_activation(logits, value(fc_bias_), batch, config_.classes, false);
 }
 
-void Cnn::loss_and_backward(const std::int32_t* labels, int batch, float grad_scale,
-                            double* stats, cohort::DataParallel* dp) {
-  COHORT_EXPECTS(images_ != nullptr && batch == batch_, "run forward on this batch before the loss");
+void Cnn::loss_and_backward(const std::int32_t* labels, int batch, float grad_scale, double* stats,
+                            cohort::DataParallel* dp) {
+  COHORT_EXPECTS(images_ != nullptr && batch == batch_,
+                 "run forward on this batch before the loss");
   auto* grad_logits = static_cast<float*>(grad_logits_.data());
   math_->softmax_cross_entropy(static_cast<const float*>(logits_.data()), labels, batch,
                                config_.classes, grad_scale, dp != nullptr ? grad_logits : nullptr,
@@ -225,7 +231,8 @@ void Cnn::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
                               grad(unit.gamma, *dp), grad(unit.beta, *dp));
     grad_out(unit.gamma, *dp);
     grad_out(unit.beta, *dp);
-    const float* input = u == 0 ? images_ : static_cast<const float*>(units_[u - 1].activation.data());
+    const float* input =
+        u == 0 ? images_ : static_cast<const float*>(units_[u - 1].activation.data());
     ops_->conv_backward_filter(g, f32_view(input, g.input.count()), f32_view(grad_conv, count),
                                f32_view(grad(unit.weight, *dp), g.weight_count()));
     grad_out(unit.weight, *dp);

@@ -4,8 +4,8 @@
 
 #include "cnn_device.hpp"
 
-#include <cohort/core/error.hpp>
 #include <cohort/core/detail/cuda_device_scope.hpp>
+#include <cohort/core/error.hpp>
 
 #include <cudnn.h>
 
@@ -54,7 +54,8 @@ class Tensor {
 
 /// A flat f32 vector as a [1, 1, 1, count] tensor, for element-wise operations.
 Tensor flat(std::size_t count) {
-  COHORT_EXPECTS(count <= 0x7fffffff, "cuDNN element-wise operations take fewer than 2^31 elements");
+  COHORT_EXPECTS(count <= 0x7fffffff,
+                 "cuDNN element-wise operations take fewer than 2^31 elements");
   return Tensor({1, 1, 1, static_cast<int>(count)}, Layout::nchw);
 }
 
@@ -141,9 +142,11 @@ class CudnnOps final : public DeviceCnnOps {
   /// Made, used and destroyed with `math`'s device current (OnMathDevice, below).
   CudnnOps(Math& math, Layout layout) : math_(&math), layout_(layout) {
     LAYERS_CUDNN_TRY(cudnnCreate(&handle_));
-    LAYERS_CUDNN_TRY(cudnnSetStream(handle_, static_cast<cudaStream_t>(math.stream().native_handle())));
+    LAYERS_CUDNN_TRY(
+        cudnnSetStream(handle_, static_cast<cudaStream_t>(math.stream().native_handle())));
     LAYERS_CUDNN_TRY(cudnnCreateActivationDescriptor(&relu_));
-    LAYERS_CUDNN_TRY(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    LAYERS_CUDNN_TRY(
+        cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
     LAYERS_CUDNN_TRY(cudnnCreatePoolingDescriptor(&pool_));
   }
   ~CudnnOps() override {
@@ -160,17 +163,16 @@ class CudnnOps final : public DeviceCnnOps {
     void* workspace = workspace_of(plan.forward_bytes);
     LAYERS_CUDNN_TRY(cudnnConvolutionForward(handle_, &kOne, plan.x, x.data(), plan.w, w.data(),
                                              plan.forward_conv, plan.forward, workspace,
-                                             plan.forward_bytes,
-                                             &kZero, plan.y, y.data()));
+                                             plan.forward_bytes, &kZero, plan.y, y.data()));
   }
 
   void conv_backward_data(const ConvGeometry& g, const cohort::TensorView& dy,
                           const cohort::TensorView& w, const cohort::TensorView& dx) override {
     ConvPlan& plan = plan_for(g, dy.dtype());
     void* workspace = workspace_of(plan.backward_data_bytes);
-    LAYERS_CUDNN_TRY(cudnnConvolutionBackwardData(handle_, &kOne, plan.w, w.data(), plan.y, dy.data(),
-                                                  plan.data_conv, plan.backward_data, workspace,
-                                                  plan.backward_data_bytes, &kZero, plan.x, dx.data()));
+    LAYERS_CUDNN_TRY(cudnnConvolutionBackwardData(
+        handle_, &kOne, plan.w, w.data(), plan.y, dy.data(), plan.data_conv, plan.backward_data,
+        workspace, plan.backward_data_bytes, &kZero, plan.x, dx.data()));
   }
 
   void conv_backward_filter(const ConvGeometry& g, const cohort::TensorView& x,
@@ -201,31 +203,36 @@ class CudnnOps final : public DeviceCnnOps {
   void batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
                           const float* beta, float* y, float* saved_mean,
                           float* saved_inv_std) override {
-    for_each_group(shape, group, [&](int, const Tensor& data, const Tensor& parameters,
-                                     std::size_t offset, std::size_t stats) {
-      LAYERS_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
-          handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, data.get(), x + offset, data.get(),
-          y + offset, parameters.get(), gamma, beta, 1.0, nullptr, nullptr,
-          double{CnnOps::kBatchNormEpsilon}, saved_mean + stats, saved_inv_std + stats));
-    });
+    for_each_group(
+        shape, group,
+        [&](int, const Tensor& data, const Tensor& parameters, std::size_t offset,
+            std::size_t stats) {
+          LAYERS_CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
+              handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, data.get(), x + offset, data.get(),
+              y + offset, parameters.get(), gamma, beta, 1.0, nullptr, nullptr,
+              double{CnnOps::kBatchNormEpsilon}, saved_mean + stats, saved_inv_std + stats));
+        });
   }
 
   void batch_norm_backward(const Shape4& shape, int group, const float* x, const float* dy,
                            const float* gamma, const float* saved_mean, const float* saved_inv_std,
                            float* dx, float* dgamma, float* dbeta) override {
-    for_each_group(shape, group, [&](int g, const Tensor& data, const Tensor& parameters,
-                                     std::size_t offset, std::size_t stats) {
-      LAYERS_CUDNN_TRY(cudnnBatchNormalizationBackward(
-          handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, g == 0 ? &kZero : &kOne,
-          data.get(), x + offset, data.get(), dy + offset, data.get(), dx + offset,
-          parameters.get(), gamma, dgamma, dbeta, double{CnnOps::kBatchNormEpsilon},
-          saved_mean + stats, saved_inv_std + stats));
-    });
+    for_each_group(
+        shape, group,
+        [&](int g, const Tensor& data, const Tensor& parameters, std::size_t offset,
+            std::size_t stats) {
+          LAYERS_CUDNN_TRY(cudnnBatchNormalizationBackward(
+              handle_, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, g == 0 ? &kZero : &kOne,
+              data.get(), x + offset, data.get(), dy + offset, data.get(), dx + offset,
+              parameters.get(), gamma, dgamma, dbeta, double{CnnOps::kBatchNormEpsilon},
+              saved_mean + stats, saved_inv_std + stats));
+        });
   }
 
   void relu(const float* x, float* y, std::size_t count) override {
     const Tensor all = flat(count);
-    LAYERS_CUDNN_TRY(cudnnActivationForward(handle_, relu_, &kOne, all.get(), x, &kZero, all.get(), y));
+    LAYERS_CUDNN_TRY(
+        cudnnActivationForward(handle_, relu_, &kOne, all.get(), x, &kZero, all.get(), y));
   }
 
   void add_into(const float* a, float* out, std::size_t count) override {
@@ -239,7 +246,8 @@ class CudnnOps final : public DeviceCnnOps {
                                                  shape.h, shape.w));
     const Tensor input(shape, layout_);
     const Tensor pooled({shape.n, shape.c, 1, 1}, layout_);
-    LAYERS_CUDNN_TRY(cudnnPoolingForward(handle_, pool_, &kOne, input.get(), x, &kZero, pooled.get(), y));
+    LAYERS_CUDNN_TRY(
+        cudnnPoolingForward(handle_, pool_, &kOne, input.get(), x, &kZero, pooled.get(), y));
   }
 
   void global_average_pool_backward(const Shape4& shape, const float* dy, float* dx) override {
@@ -256,9 +264,9 @@ class CudnnOps final : public DeviceCnnOps {
 
   ConvPlan& plan_for(const ConvGeometry& g, cohort::DType dtype) {
     const MathMode mode = math_->math_mode();
-    const auto key = std::make_tuple(g.input.n, g.input.c, g.input.h, g.input.w, g.filters,
-                                     g.kernel, g.stride, g.padding, static_cast<int>(dtype),
-                                     static_cast<int>(mode));
+    const auto key =
+        std::make_tuple(g.input.n, g.input.c, g.input.h, g.input.w, g.filters, g.kernel, g.stride,
+                        g.padding, static_cast<int>(dtype), static_cast<int>(mode));
     auto found = plans_.find(key);
     if (found != plans_.end()) return *found->second;
     // Kept only when complete: a shape that cannot be planned throws again next time.
@@ -270,8 +278,8 @@ class CudnnOps final : public DeviceCnnOps {
     LAYERS_CUDNN_TRY(cudnnSetTensor4dDescriptor(plan.x, format_of(layout_), type, g.input.n,
                                                 g.input.c, g.input.h, g.input.w));
     LAYERS_CUDNN_TRY(cudnnCreateTensorDescriptor(&plan.y));
-    LAYERS_CUDNN_TRY(cudnnSetTensor4dDescriptor(plan.y, format_of(layout_), type, out.n, out.c,
-                                                out.h, out.w));
+    LAYERS_CUDNN_TRY(
+        cudnnSetTensor4dDescriptor(plan.y, format_of(layout_), type, out.n, out.c, out.h, out.w));
     LAYERS_CUDNN_TRY(cudnnCreateFilterDescriptor(&plan.w));
     LAYERS_CUDNN_TRY(cudnnSetFilter4dDescriptor(plan.w, type, format_of(layout_), g.filters,
                                                 g.input.c, g.kernel, g.kernel));
@@ -303,8 +311,8 @@ class CudnnOps final : public DeviceCnnOps {
     LAYERS_CUDNN_TRY(cudnnSetConvolutionMathType(plan.data_conv, best_data.mathType));
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     LAYERS_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        handle_, plan.x, plan.y, plan.filter_conv, plan.w,
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, filter));
+        handle_, plan.x, plan.y, plan.filter_conv, plan.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        &returned, filter));
     const auto best_filter =
         first_usable(filter, returned, requested, "backward-filter convolution", shape);
     plan.backward_filter = best_filter.algo;

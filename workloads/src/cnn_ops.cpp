@@ -88,7 +88,8 @@ void for_each_patch_entry(const ConvGeometry& g, Layout layout, int first, int c
 /// The im2row matrix of samples [first, first + count) of x.
 void im2row(const ConvGeometry& g, Layout layout, const float* x, int first, int count,
             std::vector<float>& columns) {
-  const std::size_t width = static_cast<std::size_t>(g.input.c) * static_cast<std::size_t>(g.kernel * g.kernel);
+  const std::size_t width =
+      static_cast<std::size_t>(g.input.c) * static_cast<std::size_t>(g.kernel * g.kernel);
   const Shape4 out = g.output();
   columns.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(out.h * out.w) * width);
   for_each_patch_entry(g, layout, first, count,
@@ -100,7 +101,8 @@ void im2row(const ConvGeometry& g, Layout layout, const float* x, int first, int
 /// dx += the im2row matrix's entries scattered back to the pixels they came from.
 void row2im_add(const ConvGeometry& g, Layout layout, const std::vector<float>& columns, int first,
                 int count, float* dx) {
-  const std::size_t width = static_cast<std::size_t>(g.input.c) * static_cast<std::size_t>(g.kernel * g.kernel);
+  const std::size_t width =
+      static_cast<std::size_t>(g.input.c) * static_cast<std::size_t>(g.kernel * g.kernel);
   for_each_patch_entry(g, layout, first, count,
                        [&](std::size_t row, std::size_t column, std::ptrdiff_t offset) {
                          if (offset >= 0) dx[offset] += columns[row * width + column];
@@ -123,8 +125,12 @@ void check_group(const Shape4& shape, int group) {
                      " is not a multiple of the statistics group of " + std::to_string(group));
 }
 
-const float* f32(const cohort::TensorView& view) { return static_cast<const float*>(view.data()); }
-float* f32_mutable(const cohort::TensorView& view) { return static_cast<float*>(view.data()); }
+const float* f32(const cohort::TensorView& view) {
+  return static_cast<const float*>(view.data());
+}
+float* f32_mutable(const cohort::TensorView& view) {
+  return static_cast<float*>(view.data());
+}
 
 }  // namespace
 
@@ -171,8 +177,8 @@ void CnnOps::conv_forward(const ConvGeometry& g, const cohort::TensorView& x,
     }
     for (int n = 0; n < g.input.n; ++n) {  // y_n [filters, pixels] = w . rows_n^T
       im2row(g, layout, x, n, 1, *columns);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.filters, pixels, width, 1.0f, w,
-                  width, columns->data(), width, 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.filters, pixels, width, 1.0f, w, width,
+                  columns->data(), width, 0.0f,
                   y + static_cast<std::size_t>(n) * static_cast<std::size_t>(g.filters * pixels),
                   pixels);
     }
@@ -191,7 +197,8 @@ void CnnOps::conv_backward_data(const ConvGeometry& g, const cohort::TensorView&
     const int samples = layout == Layout::nhwc ? g.input.n : 1;
     for (int first = 0; first < g.input.n; first += samples) {
       columns->resize(static_cast<std::size_t>(samples * pixels) * static_cast<std::size_t>(width));
-      const float* dy_first = dy + static_cast<std::size_t>(first) * static_cast<std::size_t>(g.filters * pixels);
+      const float* dy_first =
+          dy + static_cast<std::size_t>(first) * static_cast<std::size_t>(g.filters * pixels);
       if (layout == Layout::nhwc) {  // rows [n pixels, width] = dy [n pixels, filters] . w
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, samples * pixels, width, g.filters,
                     1.0f, dy_first, g.filters, w, width, 0.0f, columns->data(), width);
@@ -250,8 +257,7 @@ void CnnOps::batch_norm_forward(const Shape4& shape, int group, const float* x, 
                                 float* saved_inv_std) {
   check_group(shape, group);
   if (device_) {
-    return device_->batch_norm_forward(shape, group, x, gamma, beta, y, saved_mean,
-                                    saved_inv_std);
+    return device_->batch_norm_forward(shape, group, x, gamma, beta, y, saved_mean, saved_inv_std);
   }
   math_->stream().enqueue([=, layout = layout_] {
     const double m = static_cast<double>(group) * shape.h * shape.w;
@@ -267,7 +273,8 @@ void CnnOps::batch_norm_forward(const Shape4& shape, int group, const float* x, 
         const double variance = std::max(squares / m - mean * mean, 0.0);
         const auto slot = static_cast<std::size_t>(g * shape.c + c);
         saved_mean[slot] = static_cast<float>(mean);
-        saved_inv_std[slot] = static_cast<float>(1.0 / std::sqrt(variance + double{kBatchNormEpsilon}));
+        saved_inv_std[slot] =
+            static_cast<float>(1.0 / std::sqrt(variance + double{kBatchNormEpsilon}));
         const float scale = gamma[c] * saved_inv_std[slot];
         const float shift = beta[c] - saved_mean[slot] * scale;
         for_each_in_channel(shape, layout, c, g * group, group,
@@ -283,8 +290,8 @@ void CnnOps::batch_norm_backward(const Shape4& shape, int group, const float* x,
                                  float* dbeta) {
   check_group(shape, group);
   if (device_) {
-    return device_->batch_norm_backward(shape, group, x, dy, gamma, saved_mean,
-                                     saved_inv_std, dx, dgamma, dbeta);
+    return device_->batch_norm_backward(shape, group, x, dy, gamma, saved_mean, saved_inv_std, dx,
+                                        dgamma, dbeta);
   }
   math_->stream().enqueue([=, layout = layout_] {
     const double m = static_cast<double>(group) * shape.h * shape.w;

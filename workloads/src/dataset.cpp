@@ -26,8 +26,8 @@ std::int32_t GaussianMixture::sample(Split split, std::uint64_t index,
                  "a sample has " + std::to_string(options_.features) + " features");
   const std::uint64_t stream = split == Split::train ? 0x7472616eULL : 0x74657374ULL;
   Generator generator(mix(options_.seed ^ (stream << 32)) ^ mix(index));
-  const auto clusters =
-      static_cast<std::uint64_t>(options_.classes) * static_cast<std::uint64_t>(options_.clusters_per_class);
+  const auto clusters = static_cast<std::uint64_t>(options_.classes) *
+                        static_cast<std::uint64_t>(options_.clusters_per_class);
   const std::uint64_t cluster = generator.next() % clusters;
   const float* centre = centres_.data() + cluster * static_cast<std::uint64_t>(options_.features);
   for (std::size_t f = 0; f < features.size(); ++f) {
@@ -44,7 +44,8 @@ void GaussianMixture::append_rows(Split split, std::uint64_t first, std::size_t 
   features.resize(start + count * width);
   labels.reserve(labels.size() + count);
   for (std::size_t i = 0; i < count; ++i) {
-    labels.push_back(sample(split, first + i, std::span<float>(features).subspan(start + i * width, width)));
+    labels.push_back(
+        sample(split, first + i, std::span<float>(features).subspan(start + i * width, width)));
   }
 }
 

@@ -53,9 +53,9 @@ std::string kernels_for_features() {
 
 bool host_blas_kernels_lack_avx2(std::string_view kernels) {
   static constexpr std::array kOlder = {
-      "katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn",
-      "dunnington", "nehalem", "athlon", "opteron", "opteron_sse3", "barcelona", "nano",
-      "sandybridge", "bobcat", "bulldozer", "piledriver", "unknown"};
+      "katmai", "coppermine",  "northwood", "prescott",  "banias",     "atom",         "core2",
+      "penryn", "dunnington",  "nehalem",   "athlon",    "opteron",    "opteron_sse3", "barcelona",
+      "nano",   "sandybridge", "bobcat",    "bulldozer", "piledriver", "unknown"};
   std::string lower(kernels);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -75,8 +75,8 @@ const bool kernels_chosen = [] {
     return false;
   }
   const std::string wanted = kernels_for_features();
-  if (wanted.empty() || !host_blas_kernels_lack_avx2(running_kernels()) || gotoblas_dynamic_init == nullptr ||
-      gotoblas_dynamic_quit == nullptr) {
+  if (wanted.empty() || !host_blas_kernels_lack_avx2(running_kernels()) ||
+      gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) {
     return false;
   }
   setenv("OPENBLAS_CORETYPE", wanted.c_str(), 0);
@@ -87,13 +87,21 @@ const bool kernels_chosen = [] {
 
 }  // namespace
 
-std::string host_blas_kernels_for_this_cpu() { return kernels_for_features(); }
+std::string host_blas_kernels_for_this_cpu() {
+  return kernels_for_features();
+}
 
-std::string host_blas_kernels() { return running_kernels(); }
+std::string host_blas_kernels() {
+  return running_kernels();
+}
 
-bool host_blas_kernels_set_by_user() noexcept { return set_by_user; }
+bool host_blas_kernels_set_by_user() noexcept {
+  return set_by_user;
+}
 
-bool host_blas_kernels_chosen_from_features() noexcept { return kernels_chosen; }
+bool host_blas_kernels_chosen_from_features() noexcept {
+  return kernels_chosen;
+}
 
 std::string describe_host_blas() {
   // openblas_get_config(): "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64".
@@ -105,10 +113,11 @@ std::string describe_host_blas() {
          (set_by_user      ? " (OPENBLAS_CORETYPE)"
           : kernels_chosen ? " (from the CPU's features)"
                            : "") +
-         ", " + std::to_string(threads) +
-         (threads == 1 ? " thread" : " threads") + " per rank";
+         ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " per rank";
 }
 
-void use_one_blas_thread() { openblas_set_num_threads(1); }
+void use_one_blas_thread() {
+  openblas_set_num_threads(1);
+}
 
 }  // namespace layers

@@ -39,14 +39,32 @@ std::int32_t ShapeImages::sample(Split split, std::uint64_t index, std::span<flo
       const auto fx = static_cast<float>(x), fy = static_cast<float>(y);
       float value = 0.0f;
       switch (label) {
-        case 0: value = std::sin(frequency * fy + phase); break;
-        case 1: value = std::sin(frequency * fx + phase); break;
-        case 2: value = std::sin(frequency * (fx + fy) * 0.7071f + phase); break;
-        case 3: value = std::sin(frequency * (fx - fy) * 0.7071f + phase); break;
-        case 4: value = std::sin(frequency * fx + phase) * std::sin(frequency * fy + phase) > 0 ? 1.0f : -1.0f; break;
-        case 5: value = std::abs(fx - cx) <= extent * 0.7f && std::abs(fy - cy) <= extent * 0.7f ? 1.0f : 0.0f; break;
-        case 6: value = std::abs(std::hypot(fx - cx, fy - cy) - extent) <= 0.8f ? 1.0f : 0.0f; break;
-        default: value = std::abs(fx - cx) <= 0.8f || std::abs(fy - cy) <= 0.8f ? 1.0f : 0.0f; break;
+        case 0:
+          value = std::sin(frequency * fy + phase);
+          break;
+        case 1:
+          value = std::sin(frequency * fx + phase);
+          break;
+        case 2:
+          value = std::sin(frequency * (fx + fy) * 0.7071f + phase);
+          break;
+        case 3:
+          value = std::sin(frequency * (fx - fy) * 0.7071f + phase);
+          break;
+        case 4:
+          value = std::sin(frequency * fx + phase) * std::sin(frequency * fy + phase) > 0 ? 1.0f
+                                                                                          : -1.0f;
+          break;
+        case 5:
+          value = std::abs(fx - cx) <= extent * 0.7f && std::abs(fy - cy) <= extent * 0.7f ? 1.0f
+                                                                                           : 0.0f;
+          break;
+        case 6:
+          value = std::abs(std::hypot(fx - cx, fy - cy) - extent) <= 0.8f ? 1.0f : 0.0f;
+          break;
+        default:
+          value = std::abs(fx - cx) <= 0.8f || std::abs(fy - cy) <= 0.8f ? 1.0f : 0.0f;
+          break;
       }
       image[static_cast<std::size_t>(y * size + x)] = contrast * value;
     }
@@ -62,8 +80,8 @@ void ShapeImages::append_rows(Split split, std::uint64_t first, std::size_t coun
   images.resize(start + count * stride);
   labels.reserve(labels.size() + count);
   for (std::size_t i = 0; i < count; ++i) {
-    labels.push_back(sample(split, first + i,
-                            std::span<float>(images.data() + start + i * stride, stride)));
+    labels.push_back(
+        sample(split, first + i, std::span<float>(images.data() + start + i * stride, stride)));
   }
 }
 

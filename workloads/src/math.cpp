@@ -1,8 +1,8 @@
 // layers::Math: cuBLAS and the kernels of math_kernels.cu on a GPU; OpenBLAS and loops, enqueued
 // on the host stream, on the host.
 
-#include <layers/math.hpp>
 #include <layers/host_blas.hpp>
+#include <layers/math.hpp>
 
 #include "random.hpp"
 
@@ -41,9 +41,9 @@ void cublas_try(cublasStatus_t status, const char* call) {
 }
 
 void cuda_try(cudaError_t error, const char* call) {
-  COHORT_CHECK(error == cudaSuccess, cohort::CudaError,
-               std::string(call) + " failed: " + cudaGetErrorName(error) + ": " +
-                   cudaGetErrorString(error));
+  COHORT_CHECK(
+      error == cudaSuccess, cohort::CudaError,
+      std::string(call) + " failed: " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
 }
 
 cublasOperation_t as_cublas(Transpose transpose) {
@@ -101,8 +101,8 @@ Math::Math(cohort::Stream stream) : stream_(std::move(stream)) {
   cuda_->stream = static_cast<cudaStream_t>(stream_.native_handle());
   cublas_try(cublasSetStream(cuda_->handle, cuda_->stream), "cublasSetStream");
 #else
-  COHORT_FAIL(cohort::InvalidArgument, "layers::Math on " + device().to_string() +
-                                           ": this build has no CUDA");
+  COHORT_FAIL(cohort::InvalidArgument,
+              "layers::Math on " + device().to_string() + ": this build has no CUDA");
 #endif
 }
 
@@ -218,8 +218,7 @@ void Math::column_sums(const float* x, int rows, int cols, float* out) {
 }
 
 void Math::softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows,
-                                 int classes, float grad_scale, float* grad_logits,
-                                 double* stats) {
+                                 int classes, float grad_scale, float* grad_logits, double* stats) {
   if (device().is_host()) {
     stream_.enqueue([=] {
       for (int r = 0; r < rows; ++r) {
@@ -279,15 +278,15 @@ void Math::cast(const cohort::TensorView& from, const cohort::TensorView& to) {
 #if COHORT_WITH_CUDA
   const cohort::detail::CudaDeviceScope scope(cuda_->device);
   if (f32_to_bf16) {
-    kernels::f32_to_bf16(static_cast<const float*>(source), static_cast<std::uint16_t*>(destination),
-                         count, cuda_->stream);
+    kernels::f32_to_bf16(static_cast<const float*>(source),
+                         static_cast<std::uint16_t*>(destination), count, cuda_->stream);
   } else if (bf16_to_f32) {
-    kernels::bf16_to_f32(static_cast<const std::uint16_t*>(source), static_cast<float*>(destination),
-                         count, cuda_->stream);
+    kernels::bf16_to_f32(static_cast<const std::uint16_t*>(source),
+                         static_cast<float*>(destination), count, cuda_->stream);
   } else {
-    cuda_try(cudaMemcpyAsync(destination, source, from.bytes(), cudaMemcpyDeviceToDevice,
-                             cuda_->stream),
-             "cudaMemcpyAsync");
+    cuda_try(
+        cudaMemcpyAsync(destination, source, from.bytes(), cudaMemcpyDeviceToDevice, cuda_->stream),
+        "cudaMemcpyAsync");
   }
 #endif
 }
@@ -390,8 +389,10 @@ void Math::gemm_work(double flops) {
     work_a_ = allocate_floats(operand);
     work_b_ = allocate_floats(operand);
     work_c_ = allocate_floats(static_cast<std::size_t>(1024) * 1024);
-    fill_uniform(cohort::TensorView(work_a_.data(), operand, cohort::DType::f32, device()), 1.0f, 1);
-    fill_uniform(cohort::TensorView(work_b_.data(), operand, cohort::DType::f32, device()), 1.0f, 2);
+    fill_uniform(cohort::TensorView(work_a_.data(), operand, cohort::DType::f32, device()), 1.0f,
+                 1);
+    fill_uniform(cohort::TensorView(work_b_.data(), operand, cohort::DType::f32, device()), 1.0f,
+                 2);
   }
   const auto* a = static_cast<const float*>(work_a_.data());
   const auto* b = static_cast<const float*>(work_b_.data());
@@ -406,12 +407,12 @@ void Math::gemm_work(double flops) {
 #if COHORT_WITH_CUDA
     const cohort::detail::CudaDeviceScope scope(cuda_->device);
     const float alpha = 1.0f, beta = 0.0f;
-    cublas_try(cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, side, side, depth, &alpha, b,
-                            CUDA_R_32F, side, a, CUDA_R_32F, depth, &beta, c, CUDA_R_32F, side,
-                            mode_ == MathMode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                    : CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+    cublas_try(
+        cublasGemmEx(cuda_->handle, CUBLAS_OP_N, CUBLAS_OP_N, side, side, depth, &alpha, b,
+                     CUDA_R_32F, side, a, CUDA_R_32F, depth, &beta, c, CUDA_R_32F, side,
+                     mode_ == MathMode::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
 #endif
   }
 }

@@ -3,8 +3,8 @@
 
 #include "math_kernels.hpp"
 
-#include <cohort/core/error.hpp>
 #include <cohort/core/detail/cuda_launch.hpp>
+#include <cohort/core/error.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -21,7 +21,9 @@ unsigned blocks_for(std::size_t count) {
   return static_cast<unsigned>((count + kThreads - 1) / kThreads);
 }
 
-cudaStream_t as_cuda(void* stream) { return static_cast<cudaStream_t>(stream); }
+cudaStream_t as_cuda(void* stream) {
+  return static_cast<cudaStream_t>(stream);
+}
 
 __global__ void bias_activation_kernel(float* y, const float* bias, int rows, int cols, bool relu) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -2,7 +2,8 @@
 
 // Launchers of the CUDA kernels behind layers::Math (math_kernels.cu). `stream` is a
 // cudaStream_t; every launch is asynchronous on it, and a failed launch throws cohort::CudaError
-// (Note [Checking a launch] in cohort/core/detail/cuda_launch.hpp). Only math.cpp includes this file.
+// (Note [Checking a launch] in cohort/core/detail/cuda_launch.hpp). Only math.cpp includes this
+// file.
 
 #include <cstddef>
 #include <cstdint>

@@ -27,7 +27,9 @@ Mlp::Mlp(const MlpConfig& config, cohort::ParamRegistry& registry) : config_(con
   }
 }
 
-int Mlp::fan_in(int layer) const noexcept { return layer == 0 ? config_.inputs : config_.hidden; }
+int Mlp::fan_in(int layer) const noexcept {
+  return layer == 0 ? config_.inputs : config_.hidden;
+}
 int Mlp::fan_out(int layer) const noexcept {
   return layer == config_.layers - 1 ? config_.classes : config_.hidden;
 }
@@ -102,9 +104,9 @@ const float* Mlp::bias(std::size_t layer) {
 
 void Mlp::forward(const float* inputs, int batch) {
   COHORT_EXPECTS(dp_ != nullptr, "bind the MLP before running it");
-  COHORT_EXPECTS(batch > 0 && batch <= max_batch_,
-                 "batch of " + std::to_string(batch) + " rows; bound for up to " +
-                     std::to_string(max_batch_));
+  COHORT_EXPECTS(
+      batch > 0 && batch <= max_batch_,
+      "batch of " + std::to_string(batch) + " rows; bound for up to " + std::to_string(max_batch_));
   inputs_ = inputs;
   const float* x = inputs;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -122,8 +124,8 @@ void Mlp::forward(const float* inputs, int batch) {
   }
 }
 
-void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_scale,
-                            double* stats, cohort::DataParallel* dp) {
+void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_scale, double* stats,
+                            cohort::DataParallel* dp) {
   COHORT_EXPECTS(inputs_ != nullptr, "run forward before the loss");
   const std::size_t last = layers_.size() - 1;
   auto* grad = static_cast<float*>(grad_a_.data());
@@ -144,15 +146,18 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
     const cohort::TensorView grad_w = dp->grad(slot.weight);
     const cohort::TensorView grad_b = dp->grad(slot.bias);
     const bool f32 = config_.dtype == cohort::DType::f32;
-    auto* dw = f32 ? static_cast<float*>(grad_w.data()) : static_cast<float*>(grad_weight32_.data());
+    auto* dw =
+        f32 ? static_cast<float*>(grad_w.data()) : static_cast<float*>(grad_weight32_.data());
     auto* db = f32 ? static_cast<float*>(grad_b.data()) : static_cast<float*>(grad_bias32_.data());
     // dW [out, in] = grad^T [out, batch] . x [batch, in]; db = column sums of grad
     math_->gemm(Transpose::yes, Transpose::no, fan_out(layer), fan_in(layer), batch, 1.0f, grad, x,
                 0.0f, dw);
     math_->column_sums(grad, batch, fan_out(layer), db);
     if (!f32) {
-      math_->cast(cohort::TensorView(dw, grad_w.count(), cohort::DType::f32, grad_w.device()), grad_w);
-      math_->cast(cohort::TensorView(db, grad_b.count(), cohort::DType::f32, grad_b.device()), grad_b);
+      math_->cast(cohort::TensorView(dw, grad_w.count(), cohort::DType::f32, grad_w.device()),
+                  grad_w);
+      math_->cast(cohort::TensorView(db, grad_b.count(), cohort::DType::f32, grad_b.device()),
+                  grad_b);
     }
     dp->grad_ready(slot.bias);
     dp->grad_ready(slot.weight);
@@ -173,8 +178,9 @@ void Mlp::loss_and_backward(const std::int32_t* labels, int batch, float grad_sc
 std::vector<float> Mlp::download_parameters() const {
   std::vector<float> values;
   values.reserve(parameter_count());  // one allocation, not a doubling vector
-  visit_parameters(
-      [&](const std::vector<float>& mine) { values.insert(values.end(), mine.begin(), mine.end()); });
+  visit_parameters([&](const std::vector<float>& mine) {
+    values.insert(values.end(), mine.begin(), mine.end());
+  });
   return values;
 }
 

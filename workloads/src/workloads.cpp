@@ -22,8 +22,11 @@ double product(const Shape& shape) {
 // count 2 per multiply-add, plus a few per output for the norm. Returns the output's size.
 int conv_bn(Workload& w, const std::string& conv, const std::string& bn, int in, int out,
             int kernel, int stride, int in_size) {
-  const ConvGeometry geometry{.input = {1, in, in_size, in_size}, .filters = out, .kernel = kernel,
-                              .stride = stride, .padding = kernel / 2};
+  const ConvGeometry geometry{.input = {1, in, in_size, in_size},
+                              .filters = out,
+                              .kernel = kernel,
+                              .stride = stride,
+                              .padding = kernel / 2};
   const auto k = static_cast<std::size_t>(kernel);
   const auto filters = static_cast<std::size_t>(out);
   WorkloadLayer layer;
@@ -39,7 +42,8 @@ int conv_bn(Workload& w, const std::string& conv, const std::string& bn, int in,
 }
 
 Workload resnet50() {
-  Workload w{.name = "resnet50", .sample_unit = "images", .layers = {}, .default_batch_per_rank = 32};
+  Workload w{
+      .name = "resnet50", .sample_unit = "images", .layers = {}, .default_batch_per_rank = 32};
   // conv1 (224 -> 112), then a 3x3 max pool of stride 2 (112 -> 56, no parameters).
   conv_bn(w, "conv1", "bn1", 3, 64, 7, 2, 224);
   int size = 56;
@@ -55,7 +59,8 @@ Workload resnet50() {
       // downsample path in its 1x1 convolution.
       const int stride = block == 0 && stage > 0 ? 2 : 1;
       conv_bn(w, prefix + ".conv1", prefix + ".bn1", in, width, 1, 1, size);
-      const int out_size = conv_bn(w, prefix + ".conv2", prefix + ".bn2", width, width, 3, stride, size);
+      const int out_size =
+          conv_bn(w, prefix + ".conv2", prefix + ".bn2", width, width, 3, stride, size);
       conv_bn(w, prefix + ".conv3", prefix + ".bn3", width, out, 1, 1, out_size);
       if (block == 0) {
         conv_bn(w, prefix + ".downsample.0", prefix + ".downsample.1", in, out, 1, stride, size);
@@ -73,19 +78,22 @@ Workload resnet50() {
 WorkloadLayer linear(const std::string& name, std::size_t in, std::size_t out, double tokens,
                      bool transposed_weight = false) {
   const Shape weight = transposed_weight ? Shape{in, out} : Shape{out, in};
-  return {name, {{name + ".weight", weight}, {name + ".bias", {out}}},
+  return {name,
+          {{name + ".weight", weight}, {name + ".bias", {out}}},
           2.0 * tokens * static_cast<double>(in * out)};
 }
 
 WorkloadLayer norm(const std::string& name, std::size_t width, double tokens) {
-  return {name, {{name + ".weight", {width}}, {name + ".bias", {width}}},
+  return {name,
+          {{name + ".weight", {width}}, {name + ".bias", {width}}},
           8.0 * tokens * static_cast<double>(width)};
 }
 
 Workload bert_large() {
   constexpr std::size_t kWidth = 1024, kFfn = 4096, kLayers = 24, kVocab = 30522;
   constexpr double kTokens = 128;  // per sample: a sequence of 128 tokens (pretraining phase 1)
-  Workload w{.name = "bert-large", .sample_unit = "sequences", .layers = {}, .default_batch_per_rank = 32};
+  Workload w{
+      .name = "bert-large", .sample_unit = "sequences", .layers = {}, .default_batch_per_rank = 32};
   w.layers.push_back({"embeddings",
                       {{"embeddings.word_embeddings.weight", {kVocab, kWidth}},
                        {"embeddings.position_embeddings.weight", {512, kWidth}},
@@ -112,8 +120,10 @@ Workload bert_large() {
 Workload gpt2_124m() {
   constexpr std::size_t kWidth = 768, kLayers = 12, kVocab = 50257, kContext = 1024;
   constexpr double kTokens = kContext;  // per sample: a sequence of 1024 tokens
-  Workload w{.name = "gpt2-124m", .sample_unit = "sequences", .layers = {}, .default_batch_per_rank = 8};
-  w.layers.push_back({"embeddings", {{"wte.weight", {kVocab, kWidth}}, {"wpe.weight", {kContext, kWidth}}}, 0.0});
+  Workload w{
+      .name = "gpt2-124m", .sample_unit = "sequences", .layers = {}, .default_batch_per_rank = 8};
+  w.layers.push_back(
+      {"embeddings", {{"wte.weight", {kVocab, kWidth}}, {"wpe.weight", {kContext, kWidth}}}, 0.0});
   for (std::size_t i = 0; i < kLayers; ++i) {
     const std::string p = "h." + std::to_string(i);
     w.layers.push_back(norm(p + ".ln_1", kWidth, kTokens));
@@ -158,9 +168,11 @@ Workload mlp_workload(const MlpConfig& config) {
   Workload w{.name = "mlp", .sample_unit = "samples", .layers = {}, .default_batch_per_rank = 256};
   for (int l = 0; l < config.layers; ++l) {
     const auto in = static_cast<std::size_t>(l == 0 ? config.inputs : config.hidden);
-    const auto out = static_cast<std::size_t>(l == config.layers - 1 ? config.classes : config.hidden);
+    const auto out =
+        static_cast<std::size_t>(l == config.layers - 1 ? config.classes : config.hidden);
     const std::string name = "fc" + std::to_string(l);
-    w.layers.push_back({name, {{name + ".weight", {out, in}}, {name + ".bias", {out}}},
+    w.layers.push_back({name,
+                        {{name + ".weight", {out, in}}, {name + ".bias", {out}}},
                         2.0 * static_cast<double>(in * out + out)});
   }
   return w;

@@ -49,7 +49,7 @@ class UnloadableCheckpoint : public CheckpointError {
 inline constexpr int kCheckpointFormatVersion = 1;
 
 struct ManifestFile {
-  std::string name;          ///< relative to the checkpoint's folder
+  std::string name;  ///< relative to the checkpoint's folder
   std::uint64_t bytes = 0;
   std::uint64_t checksum = 0;  ///< `Checksum` of the whole file
 };

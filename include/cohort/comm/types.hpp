@@ -22,9 +22,9 @@ std::string_view to_string(ReduceOp op) noexcept;
 
 /// The collective engine behind a communicator.
 enum class Backend : std::uint8_t {
-  gloo,  ///< host memory, TCP between processes (Gloo)
-  nccl,  ///< CUDA memory, NVLink/PCIe/network (NCCL)
-  shm,   ///< host memory shared by the ranks of one host (/dev/shm)
+  gloo,          ///< host memory, TCP between processes (Gloo)
+  nccl,          ///< CUDA memory, NVLink/PCIe/network (NCCL)
+  shm,           ///< host memory shared by the ranks of one host (/dev/shm)
   hierarchical,  ///< host memory across hosts: shared memory within each, Gloo between them
 };
 

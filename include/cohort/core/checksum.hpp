@@ -27,8 +27,8 @@ class Checksum {
   /// Consumes `count` 32-byte blocks at `data`; returns the end of the last.
   const unsigned char* blocks(const unsigned char* data, std::size_t count) noexcept;
 
-  std::uint64_t lanes_[4] = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL,
-                             0xa4093822299f31d0ULL, 0x082efa98ec4e6c89ULL};
+  std::uint64_t lanes_[4] = {0x243f6a8885a308d3ULL, 0x13198a2e03707344ULL, 0xa4093822299f31d0ULL,
+                             0x082efa98ec4e6c89ULL};
   unsigned char pending_[32] = {};
   std::size_t pending_bytes_ = 0;
   std::uint64_t total_bytes_ = 0;

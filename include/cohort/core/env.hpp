@@ -52,7 +52,8 @@ inline constexpr std::string_view kAllowSharedGpu = "COHORT_ALLOW_SHARED_GPU";
 /// the compute stream does not wait for when `grad_ready` is called. Slow; default off.
 inline constexpr std::string_view kDebugStreams = "COHORT_DEBUG_STREAMS";
 
-// ---- Host collectives -----------------------------------------------------------------------------
+// ---- Host collectives
+// -----------------------------------------------------------------------------
 
 /// How host communicators move data: `shm` (shared memory among the ranks of a host, the
 /// automatic choice made explicit), `gloo` (TCP everywhere) or `auto` (default; Note [Host
@@ -94,7 +95,8 @@ inline constexpr std::string_view kRunId = "COHORT_RUN_ID";
 /// `TORCHELASTIC_RESTART_COUNT` when unset.
 inline constexpr std::string_view kRestartCount = "COHORT_RESTART_COUNT";
 
-// ---- Checkpoints ---------------------------------------------------------------------------------
+// ---- Checkpoints
+// ---------------------------------------------------------------------------------
 
 /// Test hook: kill this process (SIGKILL) at a checkpoint save point: shard_written,
 /// before_rename or before_latest, optionally followed by `:<rank>`.
@@ -105,7 +107,8 @@ inline constexpr std::string_view kCheckpointCrashAt = "COHORT_CHECKPOINT_CRASH_
 /// The Python with matplotlib that `scaling_bench --plot` runs (default python3 on the PATH).
 inline constexpr std::string_view kPython = "COHORT_PYTHON";
 
-// ---- Tests ----------------------------------------------------------------------------------------
+// ---- Tests
+// ----------------------------------------------------------------------------------------
 
 /// The top build folder, which ctest gives every test so that it finds the programs it runs.
 inline constexpr std::string_view kTestBinaryDir = "COHORT_TEST_BINARY_DIR";
@@ -205,7 +208,8 @@ inline constexpr std::string_view kSlurmJobNodeList = "SLURM_JOB_NODELIST";
 /// The job's nodes, older Slurm's name.
 inline constexpr std::string_view kSlurmNodeList = "SLURM_NODELIST";
 
-// ---- Reading and parsing --------------------------------------------------------------------------
+// ---- Reading and parsing
+// --------------------------------------------------------------------------
 
 /// The value of `name`, or nullopt when it is unset or empty.
 std::optional<std::string> text(std::string_view name);

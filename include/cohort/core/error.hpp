@@ -105,34 +105,34 @@ template <typename A, typename B>
 
 /// Throws `cohort::InvalidArgument` with `message` (anything convertible to std::string, evaluated
 /// only on failure) when `condition` is false.
-#define COHORT_EXPECTS(condition, message)                                                       \
-  do {                                                                                           \
-    if (!(condition)) [[unlikely]] {                                                             \
-      ::cohort::detail::throw_error<::cohort::InvalidArgument>(std::string(message), __FILE__,   \
-                                                               __LINE__);                        \
-    }                                                                                            \
+#define COHORT_EXPECTS(condition, message)                                                     \
+  do {                                                                                         \
+    if (!(condition)) [[unlikely]] {                                                           \
+      ::cohort::detail::throw_error<::cohort::InvalidArgument>(std::string(message), __FILE__, \
+                                                               __LINE__);                      \
+    }                                                                                          \
   } while (0)
 
 /// Throws `ErrorType` (a cohort::Error) with `message` when `condition` is false.
-#define COHORT_CHECK(condition, ErrorType, message)                                              \
-  do {                                                                                           \
-    if (!(condition)) [[unlikely]] {                                                             \
-      ::cohort::detail::throw_error<ErrorType>(std::string(message), __FILE__, __LINE__);        \
-    }                                                                                            \
+#define COHORT_CHECK(condition, ErrorType, message)                                       \
+  do {                                                                                    \
+    if (!(condition)) [[unlikely]] {                                                      \
+      ::cohort::detail::throw_error<ErrorType>(std::string(message), __FILE__, __LINE__); \
+    }                                                                                     \
   } while (0)
 
 /// Throws `ErrorType` (a cohort::Error) with `message` unconditionally.
 #define COHORT_FAIL(ErrorType, message) \
   ::cohort::detail::throw_error<ErrorType>(std::string(message), __FILE__, __LINE__)
 
-#define COHORT_DETAIL_EXPECTS_CMP(a, op, b, message)                                             \
-  do {                                                                                           \
-    const auto& cohort_a_ = (a);                                                                 \
-    const auto& cohort_b_ = (b);                                                                 \
-    if (!(cohort_a_ op cohort_b_)) [[unlikely]] {                                                \
-      ::cohort::detail::throw_comparison(#a " " #op " " #b, cohort_a_, cohort_b_,                \
-                                         std::string(message), __FILE__, __LINE__);              \
-    }                                                                                            \
+#define COHORT_DETAIL_EXPECTS_CMP(a, op, b, message)                                \
+  do {                                                                              \
+    const auto& cohort_a_ = (a);                                                    \
+    const auto& cohort_b_ = (b);                                                    \
+    if (!(cohort_a_ op cohort_b_)) [[unlikely]] {                                   \
+      ::cohort::detail::throw_comparison(#a " " #op " " #b, cohort_a_, cohort_b_,   \
+                                         std::string(message), __FILE__, __LINE__); \
+    }                                                                               \
   } while (0)
 
 /// Comparison preconditions: on failure the message shows both values, then `message`.

@@ -129,7 +129,9 @@ struct alignas(2) bfloat16 {
 
   bfloat16() = default;
   COHORT_HOST_DEVICE explicit bfloat16(float value) : bits(detail::float_to_bfloat16_bits(value)) {}
-  COHORT_HOST_DEVICE explicit operator float() const { return detail::bfloat16_bits_to_float(bits); }
+  COHORT_HOST_DEVICE explicit operator float() const {
+    return detail::bfloat16_bits_to_float(bits);
+  }
   COHORT_HOST_DEVICE static bfloat16 from_bits(std::uint16_t raw) {
     bfloat16 b;
     b.bits = raw;

@@ -72,7 +72,7 @@ class LogLine {
 }  // namespace cohort
 
 /// `COHORT_LOG(info) << ...;` The stream expression is not evaluated when the level is off.
-#define COHORT_LOG(level)                                   \
-  if (!::cohort::log_enabled(::cohort::LogLevel::level)) {  \
-  } else                                                    \
+#define COHORT_LOG(level)                                  \
+  if (!::cohort::log_enabled(::cohort::LogLevel::level)) { \
+  } else                                                   \
     ::cohort::detail::LogLine(::cohort::LogLevel::level).stream()

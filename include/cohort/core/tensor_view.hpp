@@ -28,8 +28,8 @@ class TensorView {
 
   /// A view of host memory.
   template <typename T>
-    requires(!std::is_const_v<T>)
-  TensorView(std::span<T> host)  // NOLINT(google-explicit-constructor): a span is a view too
+  requires(!std::is_const_v<T>)
+      TensorView(std::span<T> host)  // NOLINT(google-explicit-constructor): a span is a view too
       : TensorView(host.data(), host.size(), dtype_of<T>(), Device::host()) {}
 
   /// A view of `count` elements of type T at `data` on `device` (CUDA memory included).
@@ -78,11 +78,12 @@ class TensorView {
 
  private:
   void check_element(DType requested, const char* accessor) const {
-    COHORT_EXPECTS(requested == dtype_,
-                   std::string("TensorView::") + accessor + "<" + std::string(to_string(requested)) +
-                       ">: the view holds " + std::string(to_string(dtype_)) +
-                       " elements; ask for the C++ type of " + std::string(to_string(dtype_)) +
-                       " (for example " + accessor + "<float>() for f32)");
+    COHORT_EXPECTS(requested == dtype_, std::string("TensorView::") + accessor + "<" +
+                                            std::string(to_string(requested)) +
+                                            ">: the view holds " + std::string(to_string(dtype_)) +
+                                            " elements; ask for the C++ type of " +
+                                            std::string(to_string(dtype_)) + " (for example " +
+                                            accessor + "<float>() for f32)");
   }
 
   void* data_;

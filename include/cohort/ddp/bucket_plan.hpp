@@ -21,7 +21,8 @@
 /// every bucket starts aligned. A bucket may begin or end inside a parameter: it is ready when
 /// every parameter that overlaps it is. Bucket 0 holds the gradients backward produces first and
 /// starts communication early; the last bucket holds the gradients backward produces at its very
-/// end, whose all-reduce nothing is left to hide, so a small last cap keeps that exposed time short.
+/// end, whose all-reduce nothing is left to hide, so a small last cap keeps that exposed time
+/// short.
 
 #include <cohort/ddp/param_registry.hpp>
 

@@ -59,14 +59,14 @@
 /// `run_on_compute(fn)` makes the order explicit but leaves the obvious loop wrong: it needs the
 /// user to know the rule it is meant to teach. A debug mode that detects host access while the
 /// compute stream has work pending finds the bug only when it is switched on, so it is kept for
-/// the programs that ask for overlap (Note [Debugging streams]). Running the host compute stream on the caller makes the obvious loop
-/// right by construction and keeps the overlap that matters: the all-reduces still run on the
-/// communication thread while backward goes on (a bucket starts at `grad_ready`, and only
-/// `sync_grads()` waits); what is lost is a compute thread running ahead of the host thread,
-/// which in a plain loop has nothing else to do. Programs that queue their own host work keep a
-/// worker stream (`compute_stream`, or `host_compute = worker`); the tests run the same loop both
-/// ways (tests/ddp/test_host_loop.cpp). For those, the debug mode exists too (Note [Debugging
-/// streams]).
+/// the programs that ask for overlap (Note [Debugging streams]). Running the host compute stream on
+/// the caller makes the obvious loop right by construction and keeps the overlap that matters: the
+/// all-reduces still run on the communication thread while backward goes on (a bucket starts at
+/// `grad_ready`, and only `sync_grads()` waits); what is lost is a compute thread running ahead of
+/// the host thread, which in a plain loop has nothing else to do. Programs that queue their own
+/// host work keep a worker stream (`compute_stream`, or `host_compute = worker`); the tests run the
+/// same loop both ways (tests/ddp/test_host_loop.cpp). For those, the debug mode exists too (Note
+/// [Debugging streams]).
 ///
 /// Note [Debugging streams]
 /// With `COHORT_DEBUG_STREAMS=1` (read once per DataParallel), `grad_ready` checks the stream

@@ -16,9 +16,9 @@ namespace cohort {
 struct StorePlan {
   enum class Kind : std::uint8_t { memory, tcp, torch, file };
   Kind kind = Kind::memory;
-  std::string host;    ///< tcp and torch: the master address
-  int port = 0;        ///< tcp and torch: the master port
-  std::string folder;  ///< file: `<folder>/<run_id>`
+  std::string host;        ///< tcp and torch: the master address
+  int port = 0;            ///< tcp and torch: the master port
+  std::string folder;      ///< file: `<folder>/<run_id>`
   bool serves = false;     ///< tcp: this rank starts the server
   bool has_token = false;  ///< tcp: `COHORT_STORE_TOKEN` is set (its value is never shown)
 

@@ -13,8 +13,8 @@
 
 #include <chrono>
 #include <cstddef>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace cohort {

@@ -107,7 +107,9 @@ class MemoryResource {
   /// "<adaptor>(<upstream>)".
   MemoryResource(const MemoryResource& upstream, std::string_view adaptor);
   /// For resources whose allocations may exceed the device's free memory (`oversubscribable`).
-  void set_oversubscribable(bool oversubscribable) noexcept { oversubscribable_ = oversubscribable; }
+  void set_oversubscribable(bool oversubscribable) noexcept {
+    oversubscribable_ = oversubscribable;
+  }
 
   /// Allocates from `upstream` on `stream`, or synchronously when `stream` is null.
   static void* allocate_from(MemoryResource& upstream, std::size_t bytes, const Stream* stream);

@@ -31,16 +31,16 @@ struct LossScalerOptions {
   float initial_scale = 65536.0f;  ///< 2^16
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
-  int growth_interval = 2000;      ///< clean steps before the scale grows
+  int growth_interval = 2000;  ///< clean steps before the scale grows
   float min_scale = 1.0f;
-  float max_scale = 16777216.0f;   ///< 2^24
+  float max_scale = 16777216.0f;  ///< 2^24
 };
 
 /// The scaler's state as read on the host.
 struct LossScalerSnapshot {
   float scale = 0.0f;
-  int growth_tracker = 0;           ///< clean steps since the scale last changed
-  std::int64_t skipped_steps = 0;   ///< steps skipped for inf or NaN, in total
+  int growth_tracker = 0;          ///< clean steps since the scale last changed
+  std::int64_t skipped_steps = 0;  ///< steps skipped for inf or NaN, in total
   bool last_step_skipped = false;
 };
 

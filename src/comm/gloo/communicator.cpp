@@ -90,10 +90,13 @@ struct Max {
 template <typename T>
 gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
-    case ReduceOp::min: return &reduce_elements<T, Min>;
-    case ReduceOp::max: return &reduce_elements<T, Max>;
+    case ReduceOp::min:
+      return &reduce_elements<T, Min>;
+    case ReduceOp::max:
+      return &reduce_elements<T, Max>;
     case ReduceOp::sum:
-    case ReduceOp::avg: return &reduce_elements<T, Sum>;
+    case ReduceOp::avg:
+      return &reduce_elements<T, Sum>;
   }
   return &reduce_elements<T, Sum>;
 }
@@ -282,7 +285,9 @@ GlooCommunicator::~GlooCommunicator() {
   worker_->stop(/*aborted=*/context().aborted());  // Note [Host worker teardown]
 }
 
-void* GlooCommunicator::native_handle() const noexcept { return gloo_.get(); }
+void* GlooCommunicator::native_handle() const noexcept {
+  return gloo_.get();
+}
 
 void GlooCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {

@@ -60,7 +60,9 @@ class Connecting {
                      ". Check that every member reached the same point and can reach this host.");
   }
 
-  std::string who() const { return "rank " + std::to_string(context_.global_rank(context_.rank())); }
+  std::string who() const {
+    return "rank " + std::to_string(context_.global_rank(context_.rank()));
+  }
 
  private:
   CommContext& context_;
@@ -69,9 +71,9 @@ class Connecting {
 
 }  // namespace
 
-std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
-                                                 const std::shared_ptr<gloo::transport::Device>& device,
-                                                 std::chrono::milliseconds operation_timeout) {
+std::shared_ptr<gloo::Context> connect_gloo_mesh(
+    CommContext& context, const std::shared_ptr<gloo::transport::Device>& device,
+    std::chrono::milliseconds operation_timeout) {
   const Connecting connecting(context);
   auto mesh = std::make_shared<MeshContext>(context.rank(), context.size());
   mesh->setTimeout(operation_timeout);
@@ -111,15 +113,16 @@ std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
                      ": are all ranks running the same build of cohort and Gloo?");
     const std::size_t index =
         static_cast<std::size_t>(context.rank() < peer ? context.rank() : context.rank() - 1);
-    const std::vector<char> bytes(theirs.begin() + static_cast<std::ptrdiff_t>(index * entry),
-                                  theirs.begin() + static_cast<std::ptrdiff_t>((index + 1) * entry));
+    const std::vector<char> bytes(
+        theirs.begin() + static_cast<std::ptrdiff_t>(index * entry),
+        theirs.begin() + static_cast<std::ptrdiff_t>((index + 1) * entry));
     connecting.check("the connection to " + member);
     try {
       transport->getPair(peer)->connect(bytes);
     } catch (const std::exception& error) {
       connecting.check("the connection to " + member);  // an abort explains the error best
-      COHORT_FAIL(Error, connecting.who() + ": connecting " + context.describe() + " to " +
-                             member + " failed: " + error.what());
+      COHORT_FAIL(Error, connecting.who() + ": connecting " + context.describe() + " to " + member +
+                             " failed: " + error.what());
     }
   }
   connecting.check("the connections");  // an abort closes pairs, which then look connected

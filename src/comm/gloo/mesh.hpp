@@ -21,8 +21,8 @@ namespace cohort::detail {
 /// (see Note [Connecting a Gloo mesh]). Collective. `operation_timeout` is the Gloo context's
 /// default for operations. Throws TimeoutError naming the members that were not connected by the
 /// context's deadline, or Error when the context is aborted meanwhile or a connection fails.
-std::shared_ptr<gloo::Context> connect_gloo_mesh(CommContext& context,
-                                                 const std::shared_ptr<gloo::transport::Device>& device,
-                                                 std::chrono::milliseconds operation_timeout);
+std::shared_ptr<gloo::Context> connect_gloo_mesh(
+    CommContext& context, const std::shared_ptr<gloo::transport::Device>& device,
+    std::chrono::milliseconds operation_timeout);
 
 }  // namespace cohort::detail

@@ -49,11 +49,18 @@ void divide(T* data, std::size_t count, int divisor) {
 void HierarchicalCommunicator::Parts::execute(const Call& call, int size, int rank) {
   if (call.op != CollectiveOp::all_reduce && call.op != CollectiveOp::reduce_scatter) {
     switch (call.op) {
-      case CollectiveOp::all_gather: flat->all_gather(call.input, call.output, stream).wait(); return;
-      case CollectiveOp::broadcast: flat->broadcast(call.output, call.root, stream).wait(); return;
-      case CollectiveOp::barrier: flat->barrier(stream).wait(); return;
+      case CollectiveOp::all_gather:
+        flat->all_gather(call.input, call.output, stream).wait();
+        return;
+      case CollectiveOp::broadcast:
+        flat->broadcast(call.output, call.root, stream).wait();
+        return;
+      case CollectiveOp::barrier:
+        flat->barrier(stream).wait();
+        return;
       case CollectiveOp::all_reduce:
-      case CollectiveOp::reduce_scatter: break;
+      case CollectiveOp::reduce_scatter:
+        break;
     }
   }
   // Note [Hierarchical reduce-scatter]
@@ -80,9 +87,9 @@ void HierarchicalCommunicator::Parts::execute(const Call& call, int size, int ra
   node->reduce_scatter(padded, mine, op, stream).wait();
   across->all_reduce(mine, op, stream).wait();
   node->all_gather(mine, padded, stream).wait();
-  const std::size_t first =
-      call.op == CollectiveOp::reduce_scatter ? static_cast<std::size_t>(rank) * call.output.count()
-                                              : 0;
+  const std::size_t first = call.op == CollectiveOp::reduce_scatter
+                                ? static_cast<std::size_t>(rank) * call.output.count()
+                                : 0;
   std::memcpy(call.output.data(), scratch.data() + first * element, call.output.bytes());
   if (call.reduce == ReduceOp::avg) {
     visit_dtype(call.output.dtype(), [&](auto tag) {
@@ -148,7 +155,7 @@ void HierarchicalCommunicator::run(const Call& call, const Stream& stream,
 }
 
 std::unique_ptr<Communicator> HierarchicalCommunicator::do_split(int color, int key,
-                                                                std::string name) {
+                                                                 std::string name) {
   return split_host_communicator(context(), host_, color, key, std::move(name));
 }
 

@@ -34,8 +34,7 @@ class HierarchicalCommunicator final : public Communicator {
   struct Parts;
 
  protected:
-  void run(const Call& call, const Stream& stream,
-           const std::shared_ptr<WorkState>& work) override;
+  void run(const Call& call, const Stream& stream, const std::shared_ptr<WorkState>& work) override;
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:

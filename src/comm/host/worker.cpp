@@ -4,7 +4,6 @@
 
 #include <cohort/core/error.hpp>
 
-
 namespace cohort::detail {
 
 std::shared_ptr<HostWorker> HostWorker::start() {

@@ -77,7 +77,9 @@ namespace cohort::detail {
 
 namespace {
 
-void abort_nccl(ncclComm_t comm) { (void)ncclCommAbort(comm); }
+void abort_nccl(ncclComm_t comm) {
+  (void)ncclCommAbort(comm);
+}
 
 std::atomic<std::uint64_t> g_nccl_communicators{0};
 
@@ -111,8 +113,10 @@ class Sharing {
     for (const auto& other : others) {
       std::string reason;
       try {
-        reason = aborted.describe() + " was aborted, and it shares NCCL's resources (and abort "
-                 "flag) with this communicator: " + aborted.abort_reason();
+        reason = aborted.describe() +
+                 " was aborted, and it shares NCCL's resources (and abort "
+                 "flag) with this communicator: " +
+                 aborted.abort_reason();
       } catch (...) {
       }
       if (!other->abort(reason, /*reported=*/true)) continue;
@@ -196,23 +200,34 @@ using Clock = std::chrono::steady_clock;
 
 ncclDataType_t to_nccl(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
-    case DType::u8: return ncclUint8;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::u8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::min: return ncclMin;
-    case ReduceOp::max: return ncclMax;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -247,8 +262,8 @@ ncclResult_t settle(ncclComm_t comm, Clock::time_point deadline,
 }
 
 /// Throws NcclError for a failed call on `comm`, TimeoutError when it did not settle in time.
-void check_settled(ncclResult_t result, const char* call, ncclComm_t comm,
-                   const std::string& what, std::chrono::milliseconds timeout) {
+void check_settled(ncclResult_t result, const char* call, ncclComm_t comm, const std::string& what,
+                   std::chrono::milliseconds timeout) {
   if (result == ncclSuccess) {
     return;
   }
@@ -392,8 +407,9 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<CommContext> context)
   }
   const ncclResult_t settled = settle(handle_->held.control, deadline);
   check_settled(settled, "ncclCommInitRankConfig", nullptr,
-                what + " (every rank had joined the store; NCCL's own bootstrap stalled: "
-                       "check NCCL_SOCKET_IFNAME and NCCL_DEBUG=INFO)",
+                what +
+                    " (every rank had joined the store; NCCL's own bootstrap stalled: "
+                    "check NCCL_SOCKET_IFNAME and NCCL_DEBUG=INFO)",
                 ctx.timeout());
   const auto [result, comm] = split_settled(handle_->held.control, 0, ctx.rank(),
                                             /*control_child=*/false, deadline, nullptr);
@@ -499,7 +515,9 @@ NcclCommunicator::~NcclCommunicator() {
   }
 }
 
-void* NcclCommunicator::native_handle() const noexcept { return handle_->held.comm; }
+void* NcclCommunicator::native_handle() const noexcept {
+  return handle_->held.comm;
+}
 
 void NcclCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
@@ -541,8 +559,8 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
           break;
         case CollectiveOp::broadcast:
           name = "ncclBroadcast";
-          result = ncclBroadcast(call.output.data(), call.output.data(), call.output.count(),
-                                 dtype, call.root, comm, cuda_stream);
+          result = ncclBroadcast(call.output.data(), call.output.data(), call.output.count(), dtype,
+                                 call.root, comm, cuda_stream);
           break;
         case CollectiveOp::barrier:
           name = "ncclAllReduce (barrier)";
@@ -556,8 +574,8 @@ void NcclCommunicator::run(const Call& call, const Stream& stream,
   }
   if (result == ncclInvalidArgument) {
     // NCCL: the call had no effect and the communicator is still usable.
-    COHORT_FAIL(InvalidArgument, ctx.describe() + ": " +
-                                     describe_nccl_error(name, result, handle_->held.comm));
+    COHORT_FAIL(InvalidArgument,
+                ctx.describe() + ": " + describe_nccl_error(name, result, handle_->held.comm));
   }
   if (result != ncclSuccess) {
     fail_collective(ctx, *work, /*timed_out=*/false,
@@ -660,8 +678,8 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key, std
                                                    /*control_child=*/false, deadline, nullptr);
     handle->held.comm = child_comm;
     count_nccl_communicator(child_comm);
-    check_settled(data_result, "ncclCommSplit (the blocking communicator for collectives)",
-                  nullptr, what, parent.timeout());
+    check_settled(data_result, "ncclCommSplit (the blocking communicator for collectives)", nullptr,
+                  what, parent.timeout());
   }
   auto child = make_child_context(parent, plan, std::move(name));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(child), std::move(handle)));

@@ -35,8 +35,7 @@ class NcclCommunicator final : public Communicator {
   struct Handle;  // the ncclComm_t and its lock, shared with the watchdog's abort
 
  protected:
-  void run(const Call& call, const Stream& stream,
-           const std::shared_ptr<WorkState>& work) override;
+  void run(const Call& call, const Stream& stream, const std::shared_ptr<WorkState>& work) override;
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:

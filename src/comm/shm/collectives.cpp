@@ -39,7 +39,8 @@ void copy(void* dst, const void* src, std::size_t bytes) {
 }  // namespace
 
 ShmEngine::ShmEngine(CommContext& context)
-    : rank_(context.rank()), ranks_(context.size()),
+    : rank_(context.rank()),
+      ranks_(context.size()),
       share_copied_(static_cast<std::size_t>(context.size()), false) {
   if (ranks_ > 1) {
     segment_ = std::make_unique<ShmSegment>(context, kSlotBytes);
@@ -243,8 +244,8 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
             ++copied;
           }
           if (copied < n) {
-            segment_->wait(Flag::reduced, static_cast<int>((me + first_pending) % n), seq,
-                           deadline, context);
+            segment_->wait(Flag::reduced, static_cast<int>((me + first_pending) % n), seq, deadline,
+                           context);
           }
         }
         segment_->post(Flag::done, seq);

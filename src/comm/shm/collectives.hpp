@@ -72,7 +72,7 @@ class ShmEngine {
   int ranks_ = 1;
   std::unique_ptr<ShmSegment> segment_;
   std::uint64_t sequence_ = 0;
-  std::uint64_t signature_ = 0;  // the call being executed
+  std::uint64_t signature_ = 0;     // the call being executed
   std::vector<bool> share_copied_;  // per rank, within one chunk of an all-reduce
 };
 

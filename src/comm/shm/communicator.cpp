@@ -29,16 +29,17 @@ ShmCommunicator::~ShmCommunicator() {
   worker_->stop(/*aborted=*/context().aborted());  // Note [Host worker teardown]
 }
 
-void* ShmCommunicator::native_handle() const noexcept { return engine_.get(); }
+void* ShmCommunicator::native_handle() const noexcept {
+  return engine_.get();
+}
 
 void ShmCommunicator::run(const Call& call, const Stream& stream,
                           const std::shared_ptr<WorkState>& work) {
   // Note [Small host collectives inline]
   constexpr std::size_t kInlineBytes = std::size_t{256} << 10;
   if (std::max(call.input.bytes(), call.output.bytes()) <= kInlineBytes &&
-      try_run_inline(*worker_, stream, work, context(), [&] {
-        engine_->execute(call, work->deadline(), context());
-      })) {
+      try_run_inline(*worker_, stream, work, context(),
+                     [&] { engine_->execute(call, work->deadline(), context()); })) {
     return;
   }
   run_on_worker(*worker_, stream, work, shared_context(),

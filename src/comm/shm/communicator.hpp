@@ -27,8 +27,7 @@ class ShmCommunicator final : public Communicator {
   void* native_handle() const noexcept override;
 
  protected:
-  void run(const Call& call, const Stream& stream,
-           const std::shared_ptr<WorkState>& work) override;
+  void run(const Call& call, const Stream& stream, const std::shared_ptr<WorkState>& work) override;
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override;
 
  private:

@@ -25,7 +25,7 @@ namespace {
 
 constexpr std::uint64_t kMagic = 0x636f686f72747368ULL;  // "cohortsh"
 constexpr std::size_t kLine = 128;
-constexpr std::size_t kHeaderLines = 4;  // header | abort | futex word | sleepers
+constexpr std::size_t kHeaderLines = 4;   // header | abort | futex word | sleepers
 constexpr std::size_t kLinesPerRank = 4;  // pid | arrived | reduced | done
 constexpr std::size_t kAbortLine = 1;
 constexpr std::size_t kFutexLine = 2;
@@ -35,10 +35,13 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(2);
 constexpr auto kHealthEvery = std::chrono::milliseconds(20);
 constexpr auto kGrace = std::chrono::seconds(2);  // the watchdog, which diagnoses, goes first
 
-std::string prefix() { return "cohort-shm." + std::to_string(getuid()) + "."; }
+std::string prefix() {
+  return "cohort-shm." + std::to_string(getuid()) + ".";
+}
 
 std::size_t data_offset(int ranks) {
-  const std::size_t lines = (kHeaderLines + kLinesPerRank * static_cast<std::size_t>(ranks)) * kLine;
+  const std::size_t lines =
+      (kHeaderLines + kLinesPerRank * static_cast<std::size_t>(ranks)) * kLine;
   return (lines + 4095) / 4096 * 4096;
 }
 
@@ -140,14 +143,15 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
   if (rank_ == 0) {
     if (const int removed = remove_stale_shm_segments(); removed > 0) {
       COHORT_LOG(warn) << "removed " << removed
-                          << " shared-memory segment(s) left in /dev/shm by cohort processes "
-                             "that ended before cleaning up";
+                       << " shared-memory segment(s) left in /dev/shm by cohort processes "
+                          "that ended before cleaning up";
     }
     name_ = new_segment_name();
     fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     COHORT_CHECK(fd >= 0, Error,
                  who + "cannot create the shared-memory segment /dev/shm" + name_ + ": " +
-                     std::strerror(errno) + ". Check that /dev/shm is mounted and writable, or "
+                     std::strerror(errno) +
+                     ". Check that /dev/shm is mounted and writable, or "
                      "set COHORT_HOST_TRANSPORT=gloo.");
     // posix_fallocate returns the error rather than setting errno.
     if (const int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes_)); error != 0) {
@@ -165,7 +169,8 @@ ShmSegment::ShmSegment(CommContext& context, std::size_t slot_bytes)
     fd = shm_open(name_.c_str(), O_RDWR, 0600);
     COHORT_CHECK(fd >= 0, Error,
                  who + "cannot open rank 0's shared-memory segment /dev/shm" + name_ + ": " +
-                     std::strerror(errno) + ". The ranks must share /dev/shm (same host, same "
+                     std::strerror(errno) +
+                     ". The ranks must share /dev/shm (same host, same "
                      "IPC namespace); otherwise set COHORT_HOST_TRANSPORT=gloo.");
     struct stat info {};
     if (fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != bytes_) {
@@ -234,12 +239,13 @@ std::byte* ShmSegment::slot(int buffer, int rank) const noexcept {
 }
 
 std::atomic_ref<std::uint64_t> ShmSegment::flag(int rank, Flag which) const noexcept {
-  const std::size_t line =
-      kHeaderLines + kLinesPerRank * static_cast<std::size_t>(rank) + static_cast<std::size_t>(which);
+  const std::size_t line = kHeaderLines + kLinesPerRank * static_cast<std::size_t>(rank) +
+                           static_cast<std::size_t>(which);
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base_ + line * kLine));
 }
 
-std::atomic_ref<std::uint32_t> ShmSegment::word(std::size_t line, std::size_t offset) const noexcept {
+std::atomic_ref<std::uint32_t> ShmSegment::word(std::size_t line,
+                                                std::size_t offset) const noexcept {
   return std::atomic_ref<std::uint32_t>(
       *reinterpret_cast<std::uint32_t*>(base_ + line * kLine + offset));
 }
@@ -276,8 +282,7 @@ bool ShmSegment::reached(Flag which, int rank, std::uint64_t seq) const noexcept
 void ShmSegment::wake_all() const noexcept {
   auto futex_word = word(kFutexLine, 0);
   futex_word.fetch_add(1);
-  futex(reinterpret_cast<std::uint32_t*>(base_ + kFutexLine * kLine), FUTEX_WAKE, INT_MAX,
-        nullptr);
+  futex(reinterpret_cast<std::uint32_t*>(base_ + kFutexLine * kLine), FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 void ShmSegment::post(Flag which, std::uint64_t seq) noexcept {
@@ -313,10 +318,10 @@ void ShmSegment::check_health(Flag which, int rank, std::uint64_t seq, Clock::ti
   const pid_t self = getpid();
   for (int r = rank >= 0 ? rank : 0; r < (rank >= 0 ? rank + 1 : ranks_); ++r) {
     const auto pid = static_cast<pid_t>(flag(r, Flag{0}).load(std::memory_order_relaxed));
-    if (pid != self && flag(r, which).load(std::memory_order_acquire) < seq &&
-        process_ended(pid)) {
+    if (pid != self && flag(r, which).load(std::memory_order_acquire) < seq && process_ended(pid)) {
       COHORT_FAIL(Error, "rank " + std::to_string(context.global_rank(r)) + " (process " +
-                             std::to_string(pid) + " on this host) exited in the middle of a "
+                             std::to_string(pid) +
+                             " on this host) exited in the middle of a "
                              "collective");
     }
   }

@@ -86,8 +86,8 @@ class ShmSegment {
   std::size_t slot_bytes_ = 0;
   std::size_t bytes_ = 0;
   std::byte* base_ = nullptr;
-  bool single_process_ = true;  // every member lives in this process (ranks as threads)
-  int spin_ = 0;                // pause iterations before yielding
+  bool single_process_ = true;              // every member lives in this process (ranks as threads)
+  int spin_ = 0;                            // pause iterations before yielding
   std::chrono::microseconds yield_for_{0};  // yielding before sleeping on the futex
 };
 

@@ -77,7 +77,8 @@ class CnnOps {
                             const cohort::TensorView& dy, const cohort::TensorView& dw);
 
   /// Batch norm in training mode with statistics over groups of `group` consecutive samples
-  /// (shape.n a multiple of it; Note [Ghost batch norm] in cnn.hpp): y = gamma (x - mean) / sqrt(var
+  /// (shape.n a multiple of it; Note [Ghost batch norm] in cnn.hpp): y = gamma (x - mean) /
+  /// sqrt(var
   /// + eps) + beta per channel. Writes each group's mean and 1/sqrt(var + eps) to `saved_mean`
   /// and `saved_inv_std` ([shape.n / group, c]) for the backward pass.
   void batch_norm_forward(const Shape4& shape, int group, const float* x, const float* gamma,
@@ -110,7 +111,8 @@ class CnnOps {
   Math* math_;
   Layout layout_;
   std::unique_ptr<DeviceCnnOps> device_;
-  std::shared_ptr<std::vector<float>> columns_;  // host im2col workspace, used on the stream's thread
+  std::shared_ptr<std::vector<float>>
+      columns_;  // host im2col workspace, used on the stream's thread
 };
 
 }  // namespace layers

@@ -36,8 +36,8 @@ class GaussianMixture {
   std::int32_t sample(Split split, std::uint64_t index, std::span<float> features) const;
 
   /// Rows [first, first + count) of `split`, appended to `features` (row-major) and `labels`.
-  void append_rows(Split split, std::uint64_t first, std::size_t count, std::vector<float>& features,
-                   std::vector<std::int32_t>& labels) const;
+  void append_rows(Split split, std::uint64_t first, std::size_t count,
+                   std::vector<float>& features, std::vector<std::int32_t>& labels) const;
 
  private:
   MixtureOptions options_;

@@ -66,14 +66,14 @@ class Math {
   MathMode math_mode() const noexcept { return mode_; }
 
   /// `count` floats of workspace on the device (zeroed), freed with the buffer.
-  cohort::Buffer allocate_floats(std::size_t count,
-                                 cohort::MemoryCategory category = cohort::MemoryCategory::activations);
+  cohort::Buffer allocate_floats(
+      std::size_t count, cohort::MemoryCategory category = cohort::MemoryCategory::activations);
   /// `bytes` bytes of scratch space from the device's pool, not zeroed, allocated and freed in
   /// order on `stream()` (Note [Stream-ordered allocation] in memory_resource.hpp).
   cohort::Buffer allocate_scratch(std::size_t bytes);
   /// `bytes` bytes of workspace on the device (zeroed).
-  cohort::Buffer allocate_bytes(std::size_t bytes,
-                                cohort::MemoryCategory category = cohort::MemoryCategory::activations);
+  cohort::Buffer allocate_bytes(
+      std::size_t bytes, cohort::MemoryCategory category = cohort::MemoryCategory::activations);
 
   /// C[m, n] = alpha op(A) op(B) + beta C, with op(A) [m, k] and op(B) [k, n], in the math mode
   /// (fp32 by default: no TF32, so that GPU and host results agree closely).
@@ -89,8 +89,8 @@ class Math {
   /// Softmax cross-entropy over rows of `logits` [rows, classes] with integer labels. Adds the
   /// summed loss to stats[0] and the number of rows whose arg-max is the label to stats[1]. When
   /// `grad_logits` is not null, writes (softmax - one_hot) x grad_scale there.
-  void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows,
-                             int classes, float grad_scale, float* grad_logits, double* stats);
+  void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                             float grad_scale, float* grad_logits, double* stats);
 
   /// Element casts between f32 and bf16 arrays of `count` elements (`from` and `to` must be one
   /// f32 and one bf16 view, or both the same dtype for a copy).

@@ -6,11 +6,13 @@
 ///
 ///     cohort::ParamRegistry registry;
 ///     layers::Mlp model({.inputs = 32, .hidden = 256, .layers = 3, .classes = 10}, registry);
-///     cohort::DataParallel dp(world, registry, {.init = [&](auto& d) { model.initialise(d, math, seed); },
+///     cohort::DataParallel dp(world, registry, {.init = [&](auto& d) { model.initialise(d, math,
+///     seed); },
 ///                                               .compute_stream = math.stream()});
 ///     model.bind(dp, math, batch);
 ///     model.forward(x, batch);
-///     model.loss_and_backward(labels, batch, 1.0f / batch, stats, &dp);   // marks each layer ready
+///     model.loss_and_backward(labels, batch, 1.0f / batch, stats, &dp);   // marks each layer
+///     ready
 ///
 /// Backward marks each layer's gradients ready (`grad_ready`) as soon as it has enqueued them, so
 /// the data-parallel engine all-reduces the last layers while the first are still computed.
@@ -82,7 +84,7 @@ class Mlp {
   struct Layer {
     cohort::ParamHandle weight, bias;
     cohort::UnitHandle unit;
-    cohort::Buffer activation;               // [max_batch, fan_out]
+    cohort::Buffer activation;  // [max_batch, fan_out]
   };
   /// The layer's weights and bias in f32, for the next kernels on the stream: views of the
   /// engine's (f32), or the f32 copy cast from them now (bf16). Its unit must be gathered.

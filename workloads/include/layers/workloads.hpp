@@ -9,7 +9,8 @@
 /// |-------------|-----------:|--------:|---------------------------|--------------------------|
 /// | resnet50    | 25,557,032 |     161 | a 224x224 image           | about 8.2 G (4.1 G MACs) |
 /// | bert-large  | 335,141,888|     391 | a sequence of 128 tokens  | about 2 x 302 M x 128    |
-/// | gpt2-124m   | 124,439,808|     148 | a sequence of 1024 tokens | about 2 x 124 M x 1024 + attention |
+/// | gpt2-124m   | 124,439,808|     148 | a sequence of 1024 tokens | about 2 x 124 M x 1024 +
+/// attention |
 ///
 /// ResNet-50 is torchvision's v1.5 (stride on the 3x3 convolution), batch-norm weights and biases
 /// included; BERT-large is BertModel (embeddings, 24 layers, pooler); GPT-2 124M is the GPT-2

@@ -33,12 +33,12 @@ inline std::string describe_nccl_error(const char* call, ncclResult_t status, nc
 }  // namespace cohort::detail
 
 /// Calls an NCCL function that needs no communicator in its error text; throws NcclError.
-#define COHORT_NCCL_TRY(call)                                                                 \
-  do {                                                                                        \
-    const ncclResult_t cohort_nccl_status_ = (call);                                          \
-    if (cohort_nccl_status_ != ncclSuccess && cohort_nccl_status_ != ncclInProgress)          \
-        [[unlikely]] {                                                                        \
-      COHORT_FAIL(::cohort::NcclError,                                                        \
+#define COHORT_NCCL_TRY(call)                                                                  \
+  do {                                                                                         \
+    const ncclResult_t cohort_nccl_status_ = (call);                                           \
+    if (cohort_nccl_status_ != ncclSuccess && cohort_nccl_status_ != ncclInProgress)           \
+        [[unlikely]] {                                                                         \
+      COHORT_FAIL(::cohort::NcclError,                                                         \
                   ::cohort::detail::describe_nccl_error(#call, cohort_nccl_status_, nullptr)); \
-    }                                                                                         \
+    }                                                                                          \
   } while (0)

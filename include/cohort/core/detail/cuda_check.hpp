@@ -28,27 +28,27 @@ inline std::string describe_cuda_error(const char* call, cudaError_t status) {
 /// Calls a CUDA runtime function; on failure clears the error and throws `cohort::CudaError`
 /// naming the call, the error's name and text, file and line (`OutOfMemory` for allocation
 /// failures).
-#define COHORT_CUDA_TRY(call)                                                                 \
-  do {                                                                                        \
-    const cudaError_t cohort_status_ = (call);                                                \
-    if (cohort_status_ != cudaSuccess) [[unlikely]] {                                         \
-      (void)cudaGetLastError();                                                               \
-      if (cohort_status_ == cudaErrorMemoryAllocation) {                                      \
-        COHORT_FAIL(::cohort::OutOfMemory,                                                    \
-                    ::cohort::detail::describe_cuda_error(#call, cohort_status_));            \
-      }                                                                                       \
-      COHORT_FAIL(::cohort::CudaError,                                                        \
-                  ::cohort::detail::describe_cuda_error(#call, cohort_status_));              \
-    }                                                                                         \
+#define COHORT_CUDA_TRY(call)                                                      \
+  do {                                                                             \
+    const cudaError_t cohort_status_ = (call);                                     \
+    if (cohort_status_ != cudaSuccess) [[unlikely]] {                              \
+      (void)cudaGetLastError();                                                    \
+      if (cohort_status_ == cudaErrorMemoryAllocation) {                           \
+        COHORT_FAIL(::cohort::OutOfMemory,                                         \
+                    ::cohort::detail::describe_cuda_error(#call, cohort_status_)); \
+      }                                                                            \
+      COHORT_FAIL(::cohort::CudaError,                                             \
+                  ::cohort::detail::describe_cuda_error(#call, cohort_status_));   \
+    }                                                                              \
   } while (0)
 
 /// For destructors and other noexcept paths: logs a failed call instead of throwing.
-#define COHORT_CUDA_CHECK_NOEXCEPT(call)                                                      \
-  do {                                                                                        \
-    const cudaError_t cohort_status_ = (call);                                                \
-    if (cohort_status_ != cudaSuccess) [[unlikely]] {                                         \
-      (void)cudaGetLastError();                                                               \
-      COHORT_LOG(error) << ::cohort::detail::describe_cuda_error(#call, cohort_status_)       \
-                        << " (" << __FILE__ << ':' << __LINE__ << ')';                        \
-    }                                                                                         \
+#define COHORT_CUDA_CHECK_NOEXCEPT(call)                                                        \
+  do {                                                                                          \
+    const cudaError_t cohort_status_ = (call);                                                  \
+    if (cohort_status_ != cudaSuccess) [[unlikely]] {                                           \
+      (void)cudaGetLastError();                                                                 \
+      COHORT_LOG(error) << ::cohort::detail::describe_cuda_error(#call, cohort_status_) << " (" \
+                        << __FILE__ << ':' << __LINE__ << ')';                                  \
+    }                                                                                           \
   } while (0)

@@ -33,8 +33,7 @@ namespace host {
 
 /// One fused step: unless `scalars.skip`, for each element g = grads x grad_multiplier, the
 /// update on the fp32 value (the master weight, or the f32 param), then the param written back.
-void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper,
-                    const StepScalars& scalars);
+void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper, const StepScalars& scalars);
 
 /// Sum of squares of the finite values and count of non-finite ones (f32, bf16 or f16).
 GradStats grad_stats(const TensorView& grads);
@@ -51,8 +50,8 @@ void add(const TensorView& from, const TensorView& to);
 namespace cuda {
 
 /// As `host::optimizer_step`, reading the scalars from device memory when the kernel runs.
-void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper,
-                    const StepScalars* scalars, void* stream);
+void optimizer_step(const StepArrays& arrays, const UpdateHyper& hyper, const StepScalars* scalars,
+                    void* stream);
 
 /// Adds the statistics of `grads` to `*stats` (device memory; zero it first).
 void grad_stats(const TensorView& grads, GradStats* stats, void* stream);

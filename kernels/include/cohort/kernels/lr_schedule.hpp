@@ -12,8 +12,8 @@
 
 #include <cohort/core/host_device.hpp>
 
-#include <cstdint>
 #include <math.h>  // ::cos, which CUDA also provides in device code
+#include <cstdint>
 
 namespace cohort {
 
@@ -51,8 +51,8 @@ struct LrSchedule {
     if (step >= total_steps) {
       return min_factor;
     }
-    const double progress = static_cast<double>(step - warmup_steps) /
-                            static_cast<double>(total_steps - warmup_steps);
+    const double progress =
+        static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
     const double cosine = 0.5 * (1.0 + ::cos(3.14159265358979323846 * progress));
     const double floor = static_cast<double>(min_factor);
     return static_cast<float>(floor + (1.0 - floor) * cosine);

@@ -18,9 +18,9 @@
 #include <cohort/core/host_device.hpp>
 #include <cohort/kernels/lr_schedule.hpp>
 
+#include <math.h>  // ::sqrt, ::sqrtf: the same names in host and device code
 #include <cstdint>
 #include <cstring>
-#include <math.h>  // ::sqrt, ::sqrtf: the same names in host and device code
 
 namespace cohort::kernels {
 
