@@ -63,11 +63,18 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size) {
                                     : options.zero == 3 ? cohort::Sharding::zero3
                                                         : cohort::Sharding::none;
   const bool automatic = options.bucket_bytes == cohort::kAutoBucketBytes;
+  // A layout lists every bucket. For a model far larger than any memory (which this estimate
+  // exists to refuse: --hidden 10000000 is 2e16 bytes, 3e8 buckets of 64 MiB) the caps grow so
+  // that it lists at most kMaxPlannedBuckets, and it is made in microseconds instead of minutes;
+  // ZeRO-2's one bucket in flight is then over-counted, for such models only.
+  constexpr std::size_t kMaxPlannedBuckets = 65536;
+  const std::size_t floor_cap = p * cohort::size_of(dtype) / kMaxPlannedBuckets + 1;
+  const auto cap = [&](std::size_t asked) { return std::max(asked, floor_cap); };
   const cohort::ShardLayout layout = cohort::make_shard_layout(
       registry, world_size, sharding,
-      automatic ? cohort::kMaxAutoBucketBytes : options.bucket_bytes,
-      automatic ? cohort::kMaxAutoBucketBytes : options.first_bucket_bytes,
-      automatic ? cohort::kMaxAutoBucketBytes : cohort::kDefaultLastBucketBytes);
+      cap(automatic ? cohort::kMaxAutoBucketBytes : options.bucket_bytes),
+      cap(automatic ? cohort::kMaxAutoBucketBytes : options.first_bucket_bytes),
+      cap(automatic ? cohort::kMaxAutoBucketBytes : cohort::kDefaultLastBucketBytes));
   const std::size_t state_floats = (options.optimizer == "adamw" ? 2U : 1U) + (bf16 ? 1U : 0U);
   const std::size_t stepped = options.zero >= 1 ? layout.shard_count : layout.arena_count;
   plan.library = layout.rank_bytes() + state_floats * stepped * sizeof(float);
