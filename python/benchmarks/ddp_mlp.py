@@ -8,6 +8,7 @@ step's loss averaged over the ranks, so that two backends' runs can be compared 
 """
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -87,6 +88,12 @@ def main():
             "ms_per_step": 1000.0 * seconds.item() / args.steps,
             "losses": mean_losses.tolist(),
         }), flush=True)
+    # Drop every reference to the process group before destroying it, so that it is destroyed
+    # here and its threads are joined: a gloo worker thread still alive at interpreter exit
+    # releases its last tensors while Python finalizes and aborts the process
+    # (ProcessGroupGloo::runLoop, "terminate called without an active exception").
+    del step, model, optimizer, seconds, mean_losses, losses
+    gc.collect()
     dist.destroy_process_group()
 
 

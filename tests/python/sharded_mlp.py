@@ -3,6 +3,7 @@ AdamW) training train_mlp's MLP on CPU under torchrun, over a chosen backend. Ra
 JSON line with every step's loss averaged over the ranks."""
 
 import argparse
+import gc
 import json
 
 import torch
@@ -52,6 +53,10 @@ def main():
     mean /= ranks
     if rank == 0:
         print(json.dumps({"backend": args.backend, "mode": args.mode, "losses": mean.tolist()}))
+    # The process group destroyed here, its threads joined, not at interpreter exit (as in
+    # python/benchmarks/ddp_mlp.py: a gloo thread alive then aborts the process).
+    del model, optimizer, losses, loss, mean
+    gc.collect()
     dist.destroy_process_group()
 
 
