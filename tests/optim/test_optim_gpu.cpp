@@ -378,8 +378,8 @@ cudaMemoryType memory_type(const void* pointer) {
 template <typename T>
 std::vector<T> download(const cohort::TensorView& view) {
   std::vector<T> host(view.count());
-  check(cudaDeviceSynchronize());
-  check(cudaMemcpy(host.data(), view.data(), view.bytes(), cudaMemcpyDeviceToHost));
+  check(cohort_test::copy_with_device_idle(host.data(), view.data(), view.bytes(),
+                                           cudaMemcpyDeviceToHost));
   return host;
 }
 

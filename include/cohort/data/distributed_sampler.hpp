@@ -17,8 +17,8 @@
 ///       sampler.gather(batch, all_images, row_elements, batch_images);  // rows, in stream order
 ///       train_on(batch_images);
 ///     }
-///     const cohort::SamplerPosition position = sampler.position();  // resume:
-///     sampler.seek(position)
+///     // Where to resume from (a later run calls sampler.seek(position)):
+///     const cohort::SamplerPosition position = sampler.position();
 ///
 /// On a GPU the permutation and the gather run on the device (Thrust, on the sampler's stream,
 /// temporaries from cohort's device pool); on the host they run on the host. Both give the same
