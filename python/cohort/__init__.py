@@ -14,6 +14,23 @@ Two ways in:
       world.comm.all_reduce(g, stream=s)         # CUDA arrays: enqueued on stream s
 """
 
+# Note [One NCCL in the process]
+# Built with CUDA, cohort._core links libnccl.so.2 and libcudart.so, and PyTorch's CUDA build
+# brings its own copies (the nvidia-* wheels) under the same sonames: whichever loads first
+# serves the whole process. PyTorch needs the symbols of its own, newer NCCL (torch 2.15 against
+# the toolkit's NCCL 2.28 fails to import: undefined symbol ncclCommResume), while cohort uses
+# only NCCL 2's stable API, so torch is imported before cohort's extension whenever it is
+# installed and not turned off: cohort's collectives then run on the NCCL torch's run on.
+import importlib.util as _importlib_util
+import os as _os
+
+if _os.environ.get("COHORT_SKIP_TORCH", "") in ("", "0") and (
+    _importlib_util.find_spec("torch") is not None
+):
+    import torch as _pytorch  # noqa: F401  (not `_torch`: that is the extension cohort._torch)
+
+    del _pytorch
+
 from ._core import (
     BRIDGE_VERSION as _BRIDGE_VERSION,
     Communicator,
