@@ -33,6 +33,12 @@ def run_limited(memory_cgroup, limit, command, timeout):
     return result.returncode, output, seconds, kills
 
 
+def peak_of(output):
+    """The cgroup's peak usage that memory_cgroup.sh reported, in bytes (0 when unknown)."""
+    found = re.search(r"memory_cgroup: oom_kills \d+, peak (\d+)", output)
+    return int(found.group(1)) if found else 0
+
+
 def main(argv):
     memory_cgroup, cohortrun, train_mlp = argv
     problems = []
@@ -60,12 +66,27 @@ def main(argv):
 
     # 81M parameters in 80 layers (hidden 1024), f32 AdamW: plain data parallel needs about 1.2 GiB
     # per rank, ZeRO-3 on 4 ranks about 0.35 (16/4 bytes a parameter, two layers in flight, a
-    # small batch). Each rank may have 400 MiB: one cgroup of 1600 MiB holds the 4.
+    # small batch). Each rank may have 400 MiB: one cgroup of 1600 MiB (and the baseline) holds
+    # the 4.
     per_rank = 400 << 20
+    # What the 4 processes hold whatever the model (their libraries' pages, charged to the
+    # cgroup: about 375 MiB in a CUDA build, with cuBLAS and cuDNN, a few MiB in a host-only one),
+    # measured with a tiny model, is added to the cgroup's limit, so each rank's 400 MiB is room
+    # for the model alone in every build.
+    tiny = [cohortrun, "--nproc-per-node", str(RANKS), train_mlp, "--hidden", "8", "--layers",
+            "1", "--global-batch", "16", "--test-samples", "64", "--steps", "1", "--log-every", "0"]
+    status, output, seconds, kills = run_limited(memory_cgroup, int(3.5 * GIB), tiny, 120)
+    baseline = peak_of(output)
+    print(f"baseline: a tiny model's 4 ranks peaked at {baseline / (1 << 20):.1f} MiB "
+          f"(exit status {status})")
+    if status != 0:
+        print(output, end="")
+        problems.append(f"the tiny model did not train (exit status {status})")
+    limit = RANKS * per_rank + baseline
     model = ["--hidden", "1024", "--layers", "80", "--global-batch", "16", "--test-samples", "64",
              "--steps", "3", "--log-every", "0"]
     launch = [cohortrun, "--nproc-per-node", str(RANKS), train_mlp] + model
-    status, output, seconds, kills = run_limited(memory_cgroup, RANKS * per_rank,
+    status, output, seconds, kills = run_limited(memory_cgroup, limit,
                                                  launch + ["--zero", "0"], 120)
     print(output, end="")
     print(f"plain data parallel: exit status {status} after {seconds:.1f} s, {kills} OOM kills")
@@ -82,7 +103,7 @@ def main(argv):
             problems.append("the refusal does not say that --zero 3 fits")
     if kills != 0:
         problems.append(f"plain data parallel: the out-of-memory killer struck {kills} times")
-    status, output, seconds, kills = run_limited(memory_cgroup, RANKS * per_rank,
+    status, output, seconds, kills = run_limited(memory_cgroup, limit,
                                                  launch + ["--zero", "3"], 240)
     print(output, end="")
     print(f"ZeRO-3: exit status {status} after {seconds:.1f} s, {kills} OOM kills")
