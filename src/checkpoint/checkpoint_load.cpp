@@ -488,8 +488,10 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
   mine = {};
   try {
     if (measure) {
-      const std::uint64_t per_rank =
-          std::clamp<std::uint64_t>(attempt.slice_bytes, 4096, kProbeBytes);
+      // The same size on every rank (an all-gather's counts must match): a rank's own slices
+      // differ where the arrays do not divide evenly (the last rank's is clipped).
+      const std::uint64_t per_rank = std::clamp<std::uint64_t>(
+          attempt.replicated_bytes / static_cast<std::uint64_t>(ranks), 4096, kProbeBytes);
       mine.probe_nanoseconds = static_cast<std::uint64_t>(probe_all_gather(dp, per_rank) * 1e9) + 1;
       mine.probe_bytes = per_rank / sizeof(float) * sizeof(float);
     }
