@@ -5,6 +5,7 @@ refused (major.minor; NCCL major.minor.patch). Fake site-packages and system fol
 
 import os
 import sys
+import shutil
 import tempfile
 import unittest
 
@@ -37,6 +38,7 @@ def system_library(folder, soname, full):
 class ChooseDirs(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="cohort-nvidia-libraries-")
+        self.addCleanup(shutil.rmtree, self.root, ignore_errors=True)
         self.site = os.path.join(self.root, "site")
         self.system = os.path.join(self.root, "usr-lib")
 
