@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cohort's sharded modes against plain data parallel and PyTorch's peers, side by side in one run:
 # train_mlp on 4 host ranks with --zero 0 (plain data parallel), --zero 2 and --zero 3, PyTorch
-# DDP (torch_ddp_mlp.py) and PyTorch FSDP2 (torch_fsdp_mlp.py: fully_shard on every Linear), all
+# DDP and PyTorch FSDP2 (torch_ddp_mlp.py --wrap fsdp2: fully_shard on every Linear), all
 # on the same model, batch and optimizer (AdamW), one BLAS thread per rank. Every round runs each
 # program once, in an order that rotates from round to round, so load on the machine hits all
 # alike; the summary (summarize_sharded.py) gives medians over rounds, the ratios the issue asks
@@ -68,11 +68,11 @@ run_cohort() {  # round, stage
     --steps "$((steps + warmup))" --warmup-steps "$warmup" --log-every 0 --test-samples 256 \
     --json "$out/zero$2-$1.json" >"$out/zero$2-$1.log" 2>&1
 }
-run_torch() {  # round, script, name
+run_torch() {  # round, wrap, name
   [ -n "$python" ] || return 0
   record_load "$1" "$3"
-  "$python" "$here/$2" --ranks "$ranks" "${mlp_args[@]}" --steps "$steps" --warmup "$warmup" \
-    >"$out/$3-$1.json" 2>"$out/$3-$1.log"
+  "$python" "$here/torch_ddp_mlp.py" --wrap "$2" --ranks "$ranks" "${mlp_args[@]}" \
+    --steps "$steps" --warmup "$warmup" >"$out/$3-$1.json" 2>"$out/$3-$1.log"
 }
 programs=(zero0 zero2 zero3 torch-ddp torch-fsdp2)
 for round in $(seq 1 "$rounds"); do
@@ -81,8 +81,8 @@ for round in $(seq 1 "$rounds"); do
     program=${programs[$(((round - 1 + k) % ${#programs[@]}))]}
     case $program in
       zero*) run_cohort "$round" "${program#zero}" ;;
-      torch-ddp) run_torch "$round" torch_ddp_mlp.py torch-ddp ;;
-      torch-fsdp2) run_torch "$round" torch_fsdp_mlp.py torch-fsdp2 ;;
+      torch-ddp) run_torch "$round" ddp torch-ddp ;;
+      torch-fsdp2) run_torch "$round" fsdp2 torch-fsdp2 ;;
     esac
   done
 done

@@ -1,9 +1,12 @@
 """The PyTorch peer of train_mlp: the same MLP (32 inputs, ReLU hidden layers, 10 classes),
-AdamW, the same global batch split over the ranks, trained with DistributedDataParallel over
-Gloo, ranks as processes on this host. Prints one JSON line: samples/s, seconds per step and
-each rank's peak resident memory.
+AdamW, the same global batch split over the ranks, over Gloo on the CPU, ranks as processes on
+this host, wrapped as `--wrap` says: DistributedDataParallel (`ddp`, the peer of plain data
+parallel), or FSDP2 with each Linear its own unit (`fsdp2`: `fully_shard` on every Linear, then
+on the whole model; the peer of train_mlp --zero 3). Prints one JSON line: samples/s, seconds
+per step and each rank's peak resident memory.
 
     python torch_ddp_mlp.py --ranks 4 --hidden 256 --layers 3 --steps 200
+    python torch_ddp_mlp.py --wrap fsdp2 --ranks 4 --hidden 2048 --layers 6 --steps 20
 """
 
 import argparse
@@ -35,7 +38,18 @@ def rank_main(rank, args, port, results):
     torch.set_num_threads(1)  # one core's worth per rank, as cohort's host ranks
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(args.seed)
-    model = nn.parallel.DistributedDataParallel(build_model(args.hidden, args.layers))
+    if args.wrap == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (args.ranks,))
+        model = build_model(args.hidden, args.layers)
+        for module in model:
+            if isinstance(module, nn.Linear):
+                fully_shard(module, mesh=mesh)  # a unit: gathered before use, resharded after
+        fully_shard(model, mesh=mesh)
+    else:
+        model = nn.parallel.DistributedDataParallel(build_model(args.hidden, args.layers))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.002)
     loss_fn = nn.CrossEntropyLoss()
     local = args.global_batch // args.ranks
@@ -61,10 +75,11 @@ def rank_main(rank, args, port, results):
     gathered = [None] * args.ranks
     dist.all_gather_object(gathered, {"seconds": seconds, "peak_rss_kib": peak_kib})
     if rank == 0:
-        parameters = sum(p.numel() for p in model.parameters())
+        # Under FSDP2 each rank holds a shard: the global count is the unsharded shapes' product.
+        parameters = sum(p.numel() for p in build_model(args.hidden, args.layers).parameters())
         slowest = max(g["seconds"] for g in gathered)
         results.put({
-            "peer": "pytorch-ddp-gloo",
+            "peer": f"pytorch-{args.wrap}-gloo",
             "torch_version": torch.__version__,
             "threads_per_rank": torch.get_num_threads(),
             "blas": "MKL" if torch.backends.mkl.is_available() else "not MKL",
@@ -87,6 +102,7 @@ def free_port():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wrap", choices=("ddp", "fsdp2"), default="ddp")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
