@@ -2,6 +2,9 @@
 # shellcheck shell=bash
 
 cohort_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# ccache takes the paths under the checkout as relative ones: two build folders at the same depth
+# (a preset's, and the Python package's beside it: tests/python/run.sh) then share its objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$cohort_root}"
 
 # Debian packages the build and tests need. CUDA (nvcc, NCCL, cuDNN) comes with the CUDA toolkit
 # and is not installed here; without it cohort builds the host backend alone.

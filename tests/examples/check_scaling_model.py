@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The scaling model predicts what it measures: for every workload (mlp, resnet50, gpt2-124m,
-bert-large) at every measured rank count of a CI-sized run (4 host ranks, 30 s of budget each),
+bert-large) at every measured rank count of a CI-sized run (4 host ranks, 15 s of budget each),
 the model check is within 10% of the measured step, and the breakdown adds up.
 
     check_scaling_model.py SCALING_BENCH OUTPUT_DIR [WORKLOAD ...]
@@ -28,7 +28,7 @@ def main(bench, out_dir, workloads):
         before = load_average()
         began = time.monotonic()
         environment = {k: v for k, v in os.environ.items() if not k.startswith("COHORT_")}
-        result = subprocess.run([bench, "--ranks", "4", "--workload", workload, "--budget-s", "30",
+        result = subprocess.run([bench, "--ranks", "4", "--workload", workload, "--budget-s", "15",
                                  "--json", path], capture_output=True, text=True, timeout=600,
                                 env=environment)
         took = time.monotonic() - began

@@ -38,15 +38,27 @@ if grep -q '^COHORT_WITH_CUDA:BOOL=ON' "$build_dir/CMakeCache.txt" 2>/dev/null; 
   with_cuda=ON
 fi
 
+# The package's CMake build compiles the library again, with the flags of this build's (Release,
+# position-independent). Its folder sits beside this build's, at the same depth, and ccache takes
+# paths relative to the checkout (CCACHE_BASEDIR): the command lines are then the same as this
+# build's, so ccache answers from this build's objects and only the extension modules compile.
+package_build="$(dirname "$build_dir")/$(basename "$build_dir").python-package"
+# The same compilers and CUDA architectures as this build (ccache hashes the compiler's name).
+from_cache() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" 2>/dev/null; }
 build_package() {
   # nanobind and scikit-build-core, once (pip answers quickly when they are there).
   if ! "$python" -c 'import nanobind, scikit_build_core' 2>/dev/null; then
     "$python" -m pip install -q nanobind scikit-build-core
   fi
   local start=$SECONDS
-  "$python" -m pip install -q --no-build-isolation --no-deps --upgrade --target "$site" \
-    -C build-dir="$build_dir/python-package" \
-    -C cmake.define.COHORT_WITH_CUDA=$with_cuda "$root"
+  local defines=(-C cmake.define.COHORT_WITH_CUDA=$with_cuda) variable value
+  for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER CMAKE_CUDA_COMPILER CMAKE_CUDA_ARCHITECTURES; do
+    value=$(from_cache $variable)
+    [ -z "$value" ] || defines+=(-C "cmake.define.$variable=$value")
+  done
+  CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}" \
+    "$python" -m pip install -q --no-build-isolation --no-deps --upgrade --target "$site" \
+    -C build-dir="$package_build" "${defines[@]}" "$root"
   echo "pip install . took $((SECONDS - start)) s (with CUDA: $with_cuda)"
   PYTHONPATH="$site" "$python" -c 'import cohort, torch.distributed as d; assert "COHORT" in d.Backend._plugins; print("import cohort:", cohort.__version__, "backend registered")'
 }
