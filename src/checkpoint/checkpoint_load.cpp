@@ -85,11 +85,11 @@ void check_layout(const std::filesystem::path& folder, const Manifest& manifest,
     fail(folder, "its registry fingerprint " + manifest.registry_fingerprint +
                      " differs from this model's " + detail::registry_fingerprint(mine));
   }
-  if (manifest.arena_dtype != dp.dtype() || manifest.used_count != dp.plan().used_count) {
+  const std::uint64_t used = detail::checkpoint_plan(dp).used_count;
+  if (manifest.arena_dtype != dp.dtype() || manifest.used_count != used) {
     fail(folder, "its arena is " + std::string(to_string(manifest.arena_dtype)) + " x " +
                      std::to_string(manifest.used_count) + ", this model's " +
-                     std::string(to_string(dp.dtype())) + " x " +
-                     std::to_string(dp.plan().used_count));
+                     std::string(to_string(dp.dtype())) + " x " + std::to_string(used));
   }
 }
 
@@ -345,13 +345,15 @@ void Checkpointer::Impl::plan_attempt(detail::Attempt& attempt, bool startup,
     load.array = &array;
     load.saved = attempt.manifest.find_array(array.name);
     load.element = size_of(array.dtype);
-    load.replicated = ranks > 1 && array.view_offset == 0 &&
+    load.replicated = !sharded && ranks > 1 && array.view_offset == 0 &&
                       array.view.count() == shard * static_cast<std::uint64_t>(ranks);
     load.first =
         load.replicated ? detail::piece_range(array.count, shard, rank) : target_range(array);
     load.slice_begin = shard * static_cast<std::uint64_t>(rank);
-    load.direct =
-        startup && array.view.device().is_host() && put_back_of(array) != detail::PutBack::none;
+    // The sharded modes read into their slices, never the state itself (Note [Sharded
+    // checkpoints]): straight in, at any load.
+    load.direct = array.view.device().is_host() &&
+                  (sharded || (startup && put_back_of(array) != detail::PutBack::none));
     std::uint64_t room = 0;
     if (!load.direct) {
       if (load.replicated && whole_in_staging) {
@@ -497,7 +499,7 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
     }
     std::vector<unsigned char> scratch;
     for (const detail::ArrayLoad& load : attempt.arrays) {
-      if (load.direct) wrote_arenas = true;
+      if (load.direct && !sharded) wrote_arenas = true;
       const auto start = Clock::now();
       read_range(folder, attempt, load, load.first, scratch);
       if (load.replicated) {
@@ -615,6 +617,7 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
                       stream);
   }
   stream.synchronize();
+  if (sharded) from_checkpoint_order();
   if (optimizer != nullptr) {
     optimizer->restore_steps_taken(manifest.optimizer_steps);
     optimizer->set_learning_rate(manifest.learning_rate);

@@ -46,10 +46,6 @@ Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, bool without_
       options(std::move(options_)),
       store(dp_.world().store().clone()),
       host_copy(std::make_unique<detail::Snapshot>()) {
-  COHORT_EXPECTS(dp.options().sharding == Sharding::none,
-                 "a Checkpointer cannot save " + std::string(to_string(dp.options().sharding)) +
-                     " state yet (its shards are laid out by shard_layout(), which checkpoints do "
-                     "not read yet); checkpoint plain data parallel or ZeRO-1");
   COHORT_EXPECTS(optimizer != nullptr || without_optimizer,
                  "a Checkpointer was given a null optimizer: give it the optimizer that steps the "
                  "parameters (&optimizer), whose state it then saves and restores, or "
@@ -73,20 +69,25 @@ Checkpointer::Impl::Impl(DataParallel& dp_, Optimizer* optimizer_, bool without_
   host_copy->side = Stream::create(device, HostExecution::worker);
   host_copy->copied = Event::create(device);
   const std::uint64_t used = dp.plan().used_count;
-  arrays.push_back(detail::CheckpointArray{"params", dp.dtype(), used, dp.param_arena(), 0});
+  // ZeRO-3 keeps only this rank's shard of the parameters (Note [Sharded checkpoints]).
+  const TensorView params =
+      dp.options().sharding == Sharding::zero3 ? dp.param_shard() : dp.param_arena();
+  arrays.push_back(detail::CheckpointArray{"params", dp.dtype(), used, params, 0});
   if (optimizer != nullptr) {
-    COHORT_EXPECTS(optimizer->target().params.data() == dp.param_arena().data(),
-                   "a Checkpointer's optimizer must step its DataParallel's parameter arena");
+    COHORT_EXPECTS(optimizer->target().params.data() == params.data(),
+                   "a Checkpointer's optimizer must step its DataParallel's parameters");
     for (const OptimizerStateView& state : optimizer->state()) {
       arrays.push_back(detail::CheckpointArray{"optimizer/" + state.name, DType::f32, used,
                                                state.view, optimizer->shard_offset()});
     }
   }
+  if (dp.options().sharding != Sharding::none) set_up_sharded();
 }
 
 void Checkpointer::Impl::check_no_optimizer_left_out(const std::string& doing) const {
   if (!without_optimizer) return;
-  const std::vector<const Optimizer*> stepping = optimizers_stepping(dp.param_arena().data());
+  const std::vector<const Optimizer*> stepping = optimizers_stepping(
+      (dp.options().sharding == Sharding::zero3 ? dp.param_shard() : dp.param_arena()).data());
   if (stepping.empty()) return;
   const Optimizer& found = *stepping.front();
   std::string names;
@@ -168,6 +169,7 @@ std::filesystem::path Checkpointer::save(const TrainingState& state) {
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
   impl.saved_or_loaded = true;  // a load from now on is a live one (Note [Start-up load])
+  if (impl.sharded) impl.to_checkpoint_order();
   impl.take_snapshot(state, *impl.host_copy);
   impl.host_copy->copied->synchronize();
   impl.write_and_publish(
@@ -180,6 +182,7 @@ void Checkpointer::save_async(const TrainingState& state) {
   impl.check_no_optimizer_left_out("saving step " + std::to_string(state.step));
   impl.wait();
   impl.saved_or_loaded = true;
+  if (impl.sharded) impl.to_checkpoint_order();
   impl.take_snapshot(state, *impl.host_copy);
   detail::Snapshot& snapshot = *impl.host_copy;
   // The optimizer's next step waits for the copy and, on the host, has the writer hand over what

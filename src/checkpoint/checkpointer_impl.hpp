@@ -118,8 +118,13 @@ struct PieceRange {
 };
 PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank) noexcept;
 
-/// The registry as the manifest lists it (names, shapes, dtypes, arena offsets), and its
-/// fingerprint.
+/// The arena layout a checkpoint is written in: `dp`'s own in plain data parallel and ZeRO-1, the
+/// plain one of the same registry and world size in the sharded modes (Note [Sharded
+/// checkpoints] in sharded_state.cpp).
+BucketPlan checkpoint_plan(const DataParallel& dp);
+
+/// The registry as the manifest lists it (names, shapes, dtypes, offsets in `checkpoint_plan`),
+/// and its fingerprint.
 std::vector<ManifestParam> manifest_params(const DataParallel& dp);
 std::string registry_fingerprint(const std::vector<ManifestParam>& params);
 
@@ -137,6 +142,30 @@ void reach_load_point(std::string_view point, int rank);
 /// How a start-up load puts an array back when no checkpoint loads (Note [Putting back] in
 /// checkpoint_load.cpp); `none`: it cannot without a copy, so it is read through staging.
 enum class PutBack : std::uint8_t { none, from_peers, zeros, from_params };
+
+/// One run of this rank's elements in the sharded modes: checkpoint elements [checkpoint, +
+/// count) are arena elements [arena, + count) and shard elements [shard, + count).
+struct ShardedRun {
+  std::uint64_t checkpoint = 0;
+  std::uint64_t arena = 0;
+  std::uint64_t shard = 0;
+  std::uint64_t count = 0;
+};
+
+/// What a Checkpointer of ZeRO-2 or ZeRO-3 state keeps (Note [Sharded checkpoints]): each array
+/// in checkpoint order, this rank's slice of it, in a buffer of its own.
+struct ShardedState {
+  std::uint64_t slice_count = 0;     ///< elements of each rank's slice (the plain shard size)
+  std::uint64_t used_count = 0;      ///< the plain arena's used count
+  std::vector<ShardedRun> runs;      ///< this rank's elements, in checkpoint order
+  std::vector<Buffer> slices;        ///< per array, its slice in checkpoint order
+  std::vector<TensorView> states;    ///< per array, the state itself
+  std::vector<bool> by_arena;        ///< per array, indexed by arena (ZeRO-2's parameters)
+};
+
+/// This rank's runs of `layout` in `plain`'s order (the elements of its pieces that belong to a
+/// parameter).
+std::vector<ShardedRun> sharded_runs(const ShardLayout& layout, const BucketPlan& plain, int rank);
 
 struct ArrayLoad;  // checkpoint_load.cpp: one array's part in one attempt to load
 struct Attempt;    // and the attempt
@@ -203,6 +232,14 @@ struct Checkpointer::Impl {
   void put_back();
   void finish_load(LoadReport& report, std::chrono::steady_clock::time_point start);
   std::optional<TrainingState> load_latest();
+
+  // sharded_state.cpp (Note [Sharded checkpoints]); collective, on the compute stream.
+  /// Sets up `sharded` and points `arrays` at its slices.
+  void set_up_sharded();
+  /// The state into the slices, before a save.
+  void to_checkpoint_order();
+  /// The slices into the state, after a load (which wrote the slices only).
+  void from_checkpoint_order();
   TrainingState load_folder(const std::filesystem::path& folder);
 
   DataParallel& dp;
@@ -211,6 +248,7 @@ struct Checkpointer::Impl {
   LossScaler* scaler;
   CheckpointOptions options;
   std::vector<detail::CheckpointArray> arrays;
+  std::unique_ptr<detail::ShardedState> sharded;  ///< ZeRO-2 and ZeRO-3 only
   std::unique_ptr<Store> store;  ///< this rank's own connection (the writer uses it)
   std::string keys;  ///< key_prefix(): the directory's and this Checkpointer's (its n-th)
   std::unique_ptr<detail::Snapshot> host_copy;  ///< the one staging area, reused

@@ -17,15 +17,21 @@ PieceRange piece_range(std::uint64_t count, std::uint64_t shard_count, int rank)
   return {begin, end};
 }
 
+BucketPlan checkpoint_plan(const DataParallel& dp) {
+  if (dp.options().sharding == Sharding::none) return dp.plan();
+  return arena_layout(dp.registry(), dp.shard_layout().world_size);
+}
+
 std::vector<ManifestParam> manifest_params(const DataParallel& dp) {
   std::vector<ManifestParam> params;
   const auto infos = dp.registry().params();
+  const BucketPlan plan = checkpoint_plan(dp);
   for (std::size_t i = 0; i < infos.size(); ++i) {
     ManifestParam param;
     param.name = infos[i].name;
     param.shape.assign(infos[i].shape.begin(), infos[i].shape.end());
     param.dtype = infos[i].dtype;
-    param.offset = dp.plan().slots[i].offset;
+    param.offset = plan.slots[i].offset;
     params.push_back(std::move(param));
   }
   return params;

@@ -35,7 +35,7 @@ void Checkpointer::Impl::take_snapshot(const TrainingState& state, detail::Snaps
   const World& world = dp.world();
   into.rank = world.rank();
   into.world_size = world.size();
-  into.shard_count = dp.shard_count();
+  into.shard_count = sharded ? sharded->slice_count : dp.shard_count();
   into.save_index = saves++;
   const Stream& stream = dp.compute_stream();
 
@@ -46,7 +46,7 @@ void Checkpointer::Impl::take_snapshot(const TrainingState& state, detail::Snaps
   manifest.params = detail::manifest_params(dp);
   manifest.registry_fingerprint = detail::registry_fingerprint(manifest.params);
   manifest.arena_dtype = dp.dtype();
-  manifest.used_count = dp.plan().used_count;
+  manifest.used_count = detail::checkpoint_plan(dp).used_count;
   if (optimizer != nullptr) {
     manifest.optimizer_rule = optimizer->rule_name();
     manifest.optimizer_sharded = optimizer->is_sharded();

@@ -600,6 +600,10 @@ void DataParallel::params_updated() {
   if (impl_->sharded) impl_->sharded->params_updated();
 }
 
+void DataParallel::settle_for_overwrite() {
+  if (impl_->sharded) impl_->sharded->settle_for_overwrite();
+}
+
 DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(&dp) {
   ++dp_->impl_->no_sync_depth;
 }

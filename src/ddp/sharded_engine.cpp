@@ -374,6 +374,31 @@ void ShardedEngine::params_updated() {
   if (!options_.overlap_param_gather) wait_gathers();
 }
 
+void ShardedEngine::settle_for_overwrite() {
+  if (!zero3()) {
+    wait_gathers();
+    return;
+  }
+  std::string held;
+  for (std::uint32_t u = 0; u < registry_.units().size(); ++u) {
+    if (units_.held(u)) held += (held.empty() ? "'" : ", '") + registry_.units()[u].name + "'";
+  }
+  COHORT_EXPECTS(held.empty(), "ZeRO-3: the shard cannot be overwritten (a checkpoint load) while "
+                               "unit(s) " +
+                                   held +
+                                   " are gathered: release every unit first, and load between "
+                                   "steps");
+  // Units fetched ahead hold the parameters from before: their slots go back, as at sync_grads().
+  for (Segment& state : segments_) {
+    if (state.param_slot >= 0) {
+      gathered_units_->release(state.param_slot, comm_stream_);
+      state.param_slot = -1;
+    }
+  }
+  comm_done_.record(comm_stream_);
+  compute_.wait(comm_done_);
+}
+
 void ShardedEngine::wait_gathers() {
   if (!gathers_pending_) return;
   // Segment 0's all-gather is the last issued: waiting for it waits for all.

@@ -57,6 +57,7 @@ class ShardedEngine {
   void gather(UnitHandle unit, Pass pass);
   void release(UnitHandle unit);
   void params_updated();
+  void settle_for_overwrite();
 
   TensorView param_arena();
   TensorView param_shard() const;

@@ -64,6 +64,17 @@ void copy_to_device_async(void* destination, const void* source, std::size_t byt
       cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, cuda_stream(stream)));
 }
 
+void copy_async(void* destination, const void* source, std::size_t bytes, const Stream& stream) {
+  if (bytes == 0) return;
+  if (stream.device().is_host()) {
+    stream.enqueue([destination, source, bytes] { std::memcpy(destination, source, bytes); });
+    return;
+  }
+  const CudaDeviceScope scope(stream.device().index());
+  COHORT_CUDA_TRY(
+      cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, cuda_stream(stream)));
+}
+
 void zero_async(void* destination, std::size_t bytes, const Stream& stream) {
   if (bytes == 0) {
     return;
@@ -96,6 +107,12 @@ void copy_to_host_async(void* destination, const void* source, std::size_t bytes
 void copy_to_device_async(void* destination, const void* source, std::size_t bytes,
                           const Stream& stream) {
   stream.enqueue([destination, source, bytes] { std::memcpy(destination, source, bytes); });
+}
+
+void copy_async(void* destination, const void* source, std::size_t bytes, const Stream& stream) {
+  if (bytes != 0) {
+    stream.enqueue([destination, source, bytes] { std::memcpy(destination, source, bytes); });
+  }
 }
 
 void zero_async(void* destination, std::size_t bytes, const Stream& stream) {

@@ -7,6 +7,7 @@
 // steps. The result is every parameter in registration order, so modes compare element for
 // element.
 
+#include <cohort/checkpoint/checkpoint.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/ddp/data_parallel.hpp>
 #include <cohort/ddp/param_registry.hpp>
@@ -60,6 +61,11 @@ struct ShardedRun {
   std::size_t bucket_bytes = 2048;  ///< small: several buckets, and parameters larger than one
   std::size_t first_bucket_bytes = 512;
   std::size_t last_bucket_bytes = 512;
+  /// Checkpoints (Note [Sharded checkpoints]): with a directory, the run first loads the latest
+  /// checkpoint there, if any, and goes on from its step to `steps`; it saves after step
+  /// `save_at` (its count of steps done), if set.
+  std::string checkpoint_dir;
+  int save_at = -1;
 };
 
 /// The initial value of element i of parameter p (rank 0's; the other ranks' are overwritten by
@@ -139,7 +145,16 @@ inline std::vector<float> train_sharded(World& world, const ShardedRun& run) {
   }
   const float scale = run.scaler ? 256.0f : 1.0f;
   const std::size_t layers = model.units.size();
-  for (int step = 0; step < run.steps; ++step) {
+  std::unique_ptr<Checkpointer> checkpoints;
+  int first_step = 0;
+  if (!run.checkpoint_dir.empty()) {
+    checkpoints = std::make_unique<Checkpointer>(
+        dp, optimizer.get(), CheckpointOptions{.directory = run.checkpoint_dir}, scaler.get());
+    if (const std::optional<TrainingState> loaded = checkpoints->load()) {
+      first_step = static_cast<int>(loaded->step);
+    }
+  }
+  for (int step = first_step; step < run.steps; ++step) {
     dp.zero_grads();  // backward adds to the gradients (Note [Who zeroes gradients])
     for (int micro = 0; micro < run.micro_batches; ++micro) {
       std::optional<DataParallel::NoSync> window;
@@ -172,6 +187,7 @@ inline std::vector<float> train_sharded(World& world, const ShardedRun& run) {
     }
     if (run.clip > 0.0f) clip_grad_norm(*optimizer, run.clip);
     optimizer->step();
+    if (checkpoints && step + 1 == run.save_at) checkpoints->save(TrainingState{step + 1, 0, 0, {}});
   }
   std::vector<float> result;
   for (std::size_t layer = 0; layer < layers; ++layer) {

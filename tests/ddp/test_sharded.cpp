@@ -7,6 +7,7 @@
 #include "support/test_helpers.hpp"
 
 #include <cohort/checkpoint/checkpoint.hpp>
+#include <cohort/checkpoint/manifest.hpp>
 #include <cohort/comm/world.hpp>
 #include <cohort/core/error.hpp>
 #include <cohort/core/stream.hpp>
@@ -16,9 +17,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -690,24 +697,161 @@ TEST(ZeroTwo, ASteadyStepCreatesNothingAndCountsItsCollectives) {
       host_options());
 }
 
-TEST(ZeroTwo, ACheckpointerRefusesItsStateForNow) {
-  cohort::run_local(
-      1,
-      [&](cohort::World& world) {
-        cohort::ParamRegistry registry;
-        registry.add("w", {64});
-        cohort::DataParallelOptions options;
-        options.sharding = Sharding::zero2;
-        options.bucket_bytes = 1024;
-        cohort::DataParallel dp(world, registry, options);
-        EXPECT_TRUE(contains(message_of<cohort::InvalidArgument>([&] {
-                               cohort::Checkpointer checkpoints(
-                                   dp, cohort::without_optimizer,
-                                   cohort::CheckpointOptions{.directory = "unused"});
-                             }),
-                             "cannot save zero2 state yet"));
-      },
-      host_options());
+// ---- Checkpoints (Note [Sharded checkpoints]) ----
+
+/// A folder of its own under the temporary folder, deleted at the end of the test.
+struct Folder {
+  std::filesystem::path path;
+  explicit Folder(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() /
+             ("cohort-sharded-" + tag + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~Folder() { std::filesystem::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+/// Every array of the checkpoint `latest` points to under `root`, whole, in element order.
+std::map<std::string, std::vector<unsigned char>> arrays_of(const std::filesystem::path& root) {
+  std::ifstream latest(root / "latest");
+  std::string name;
+  std::getline(latest, name);
+  const std::filesystem::path folder = root / name;
+  std::ifstream manifest_file(folder / "manifest.json");
+  std::ostringstream text_stream;
+  text_stream << manifest_file.rdbuf();
+  const std::string text = text_stream.str();
+  const cohort::Manifest manifest = cohort::parse_manifest(text);
+  std::map<std::string, std::vector<unsigned char>> arrays;
+  for (const cohort::ManifestArray& array : manifest.arrays) {
+    if (array.name == "user_blob") continue;
+    const std::size_t element = cohort::size_of(array.dtype);
+    std::vector<unsigned char>& bytes = arrays[array.name];
+    bytes.resize(array.count * element);
+    for (const cohort::ManifestPiece& piece : array.pieces) {
+      std::ifstream file(folder / manifest.files[piece.file].name, std::ios::binary);
+      file.seekg(static_cast<std::streamoff>(piece.byte_offset));
+      file.read(reinterpret_cast<char*>(bytes.data() + piece.element_offset * element),
+                static_cast<std::streamsize>(piece.count * element));
+    }
+  }
+  return arrays;
+}
+
+// Saved and resumed in the same mode on the same ranks, a run ends bitwise equal to one that was
+// never stopped, on every transport (the same collectives in the same order).
+TEST(ShardedCheckpoint, ResumesBitwiseInTheSameModeAndRankCount) {
+  for (const Sharding sharding : {Sharding::zero2, Sharding::zero3}) {
+    for (const int ranks : {2, 3}) {
+      for (const bool bf16 : {false, true}) {
+        const std::string what = std::string(to_string(sharding)) + " on " +
+                                 std::to_string(ranks) + " ranks" + (bf16 ? ", bf16 + scaler" : "");
+        cohort::test::ShardedRun run;
+        run.sharding = sharding;
+        run.steps = 5;
+        if (bf16) {
+          run.dtype = DType::bf16;
+          run.scaler = true;
+        }
+        const std::vector<float> whole = train(ranks, run);
+        const Folder folder("resume");
+        run.checkpoint_dir = folder.str();
+        run.steps = 2;
+        run.save_at = 2;
+        train(ranks, run);
+        run.steps = 5;
+        run.save_at = -1;
+        expect_matches(train(ranks, run), whole, /*bitwise=*/true, "resumed, " + what);
+      }
+    }
+  }
+}
+
+// ZeRO-3 on 4 ranks -> plain data parallel on 2 -> ZeRO-2 on 3: each load holds exactly what was
+// saved (the next save writes the same bytes, parameters and optimizer state), and the files of a
+// sharded save are those plain data parallel writes.
+TEST(ShardedCheckpoint, ReshardsAcrossModesAndRankCountsExactly) {
+  const Folder first("reshard-a"), second("reshard-b"), third("reshard-c");
+  cohort::test::ShardedRun run;
+  run.sharding = Sharding::zero3;
+  run.checkpoint_dir = first.str();
+  run.steps = 2;
+  run.save_at = 2;
+  const std::vector<float> saved = train(4, run);
+  // Plain data parallel on 2 ranks loads it, and saves it again at once.
+  std::filesystem::copy(first.path, second.path, std::filesystem::copy_options::recursive);
+  run.sharding = Sharding::none;
+  run.checkpoint_dir = second.str();
+  run.save_at = -1;
+  EXPECT_EQ(train(2, run), saved) << "ZeRO-3's parameters, loaded by plain data parallel";
+  {
+    // Saved again after the load, with no step between.
+    cohort::run_local(
+        2,
+        [&](cohort::World& world) {
+          cohort::ParamRegistry registry;
+          const cohort::test::ShardedModel model(registry);
+          cohort::DataParallelOptions options;
+          cohort::DataParallel dp(world, registry, options);
+          cohort::AdamW optimizer(cohort::target_of(dp), cohort::AdamWOptions{.lr = 0.01f});
+          cohort::Checkpointer checkpoints(dp, &optimizer,
+                                           cohort::CheckpointOptions{.directory = third.str()});
+          cohort::Checkpointer from(dp, &optimizer,
+                                    cohort::CheckpointOptions{.directory = second.str()});
+          ASSERT_TRUE(from.load().has_value());
+          checkpoints.save(cohort::TrainingState{2, 0, 0, {}});
+        },
+        host_options());
+  }
+  EXPECT_EQ(arrays_of(third.path), arrays_of(first.path))
+      << "plain data parallel on 2 ranks saved other bytes than it loaded from ZeRO-3 on 4";
+  // ZeRO-2 on 3 ranks loads plain data parallel's checkpoint and saves it again: the same bytes.
+  run.sharding = Sharding::zero2;
+  run.checkpoint_dir = third.str();
+  run.steps = 2;
+  {
+    cohort::run_local(
+        3,
+        [&](cohort::World& world) {
+          cohort::ParamRegistry registry;
+          const cohort::test::ShardedModel model(registry);
+          cohort::DataParallelOptions options;
+          options.sharding = Sharding::zero2;
+          options.bucket_bytes = 2048;
+          options.first_bucket_bytes = 512;
+          cohort::DataParallel dp(world, registry, options);
+          cohort::AdamW optimizer(cohort::target_of(dp), cohort::AdamWOptions{.lr = 0.01f});
+          cohort::Checkpointer checkpoints(dp, &optimizer,
+                                           cohort::CheckpointOptions{.directory = third.str()});
+          ASSERT_TRUE(checkpoints.load().has_value());
+          const std::filesystem::path again = third.path / "again";
+          cohort::Checkpointer other(dp, &optimizer,
+                                     cohort::CheckpointOptions{.directory = again});
+          other.save(cohort::TrainingState{2, 0, 0, {}});
+        },
+        host_options());
+  }
+  EXPECT_EQ(arrays_of(third.path / "again"), arrays_of(first.path))
+      << "ZeRO-2 on 3 ranks saved other bytes than it loaded";
+  EXPECT_EQ(train(3, run), saved) << "ZeRO-2 on 3 ranks, after the load";
+}
+
+// Plain data parallel resumed from ZeRO-3's checkpoint on the same ranks ends as a plain run that
+// was never stopped (on 2 ranks every transport sums alike: bitwise).
+TEST(ShardedCheckpoint, PlainDataParallelGoesOnFromZeroThree) {
+  cohort::test::ShardedRun run;
+  run.steps = 5;
+  const std::vector<float> plain = train(2, run);
+  const Folder folder("zero3-to-plain");
+  run.sharding = Sharding::zero3;
+  run.checkpoint_dir = folder.str();
+  run.steps = 2;
+  run.save_at = 2;
+  train(2, run);
+  run.sharding = Sharding::none;
+  run.steps = 5;
+  run.save_at = -1;
+  expect_matches(train(2, run), plain, /*bitwise=*/true, "plain after ZeRO-3's checkpoint");
 }
 
 }  // namespace

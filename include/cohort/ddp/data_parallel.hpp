@@ -386,6 +386,13 @@ class DataParallel {
   /// modes have nothing to do.
   void params_updated();
 
+  /// Before this rank's state is overwritten outside the optimizer (a checkpoint load into the
+  /// sharded modes): waits for ZeRO-2's parameter all-gathers in flight, and drops the units
+  /// ZeRO-3 fetched ahead (they hold the parameters from before). Call `params_updated()` once the
+  /// new shard is written. The other modes have nothing to do.
+  /// @throws InvalidArgument with ZeRO-3 while the program holds a unit gathered.
+  void settle_for_overwrite();
+
   /// RAII scope of local accumulation (Note [Gradient accumulation]); nests.
   class NoSync {
    public:

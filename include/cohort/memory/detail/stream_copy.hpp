@@ -28,6 +28,10 @@ void copy_to_host_async(void* destination, const void* source, std::size_t bytes
 void copy_to_device_async(void* destination, const void* source, std::size_t bytes,
                           const Stream& stream);
 
+/// Enqueues on `stream` a copy of `bytes` between two places in `stream`'s device's memory;
+/// returns at once.
+void copy_async(void* destination, const void* source, std::size_t bytes, const Stream& stream);
+
 /// Sets `bytes` at `destination` to zero in stream order.
 void zero_async(void* destination, std::size_t bytes, const Stream& stream);
 
