@@ -155,12 +155,12 @@ struct ShardedRun {
 /// What a Checkpointer of ZeRO-2 or ZeRO-3 state keeps (Note [Sharded checkpoints]): each array
 /// in checkpoint order, this rank's slice of it, in a buffer of its own.
 struct ShardedState {
-  std::uint64_t slice_count = 0;     ///< elements of each rank's slice (the plain shard size)
-  std::uint64_t used_count = 0;      ///< the plain arena's used count
-  std::vector<ShardedRun> runs;      ///< this rank's elements, in checkpoint order
-  std::vector<Buffer> slices;        ///< per array, its slice in checkpoint order
-  std::vector<TensorView> states;    ///< per array, the state itself
-  std::vector<bool> by_arena;        ///< per array, indexed by arena (ZeRO-2's parameters)
+  std::uint64_t slice_count = 0;   ///< elements of each rank's slice (the plain shard size)
+  std::uint64_t used_count = 0;    ///< the plain arena's used count
+  std::vector<ShardedRun> runs;    ///< this rank's elements, in checkpoint order
+  std::vector<Buffer> slices;      ///< per array, its slice in checkpoint order
+  std::vector<TensorView> states;  ///< per array, the state itself
+  std::vector<bool> by_arena;      ///< per array, indexed by arena (ZeRO-2's parameters)
 };
 
 /// This rank's runs of `layout` in `plain`'s order (the elements of its pieces that belong to a

@@ -33,8 +33,7 @@
 namespace cohort {
 namespace detail {
 
-std::vector<ShardedRun> sharded_runs(const ShardLayout& layout, const BucketPlan& plain,
-                                     int rank) {
+std::vector<ShardedRun> sharded_runs(const ShardLayout& layout, const BucketPlan& plain, int rank) {
   std::vector<ShardedRun> runs;
   const auto r = static_cast<std::uint64_t>(rank);
   for (std::size_t p = 0; p < layout.slots.size(); ++p) {
@@ -48,9 +47,8 @@ std::vector<ShardedRun> sharded_runs(const ShardLayout& layout, const BucketPlan
     runs.push_back(ShardedRun{plain.slots[p].offset + (begin - slot.offset), begin,
                               segment.shard_offset + (begin - piece_begin), end - begin});
   }
-  std::sort(runs.begin(), runs.end(), [](const ShardedRun& a, const ShardedRun& b) {
-    return a.checkpoint < b.checkpoint;
-  });
+  std::sort(runs.begin(), runs.end(),
+            [](const ShardedRun& a, const ShardedRun& b) { return a.checkpoint < b.checkpoint; });
   std::vector<ShardedRun> merged;
   for (const ShardedRun& run : runs) {
     if (!merged.empty()) {
@@ -140,21 +138,21 @@ void Checkpointer::Impl::to_checkpoint_order() {
       const std::size_t block = count * element;
       if (window.size_bytes() < block * ranks) {
         stream.synchronize();  // the previous window's reads are done
-        window = Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
+        window =
+            Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
       }
       auto* bytes = static_cast<unsigned char*>(window.data());
       detail::zero_async(bytes, block * ranks, stream);
       for (std::uint64_t d = 0; d < ranks; ++d) {
         const std::uint64_t begin = d * n + at;
-        detail::for_runs_in(state.runs, begin, std::min(begin + count, state.used_count),
-                            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
-                              const std::uint64_t local_at =
-                                  (state.by_arena[a] ? run.arena : run.shard) +
-                                  (from - run.checkpoint);
-                              detail::copy_async(bytes + d * block + (from - begin) * element,
-                                                 local + local_at * element, (to - from) * element,
-                                                 stream);
-                            });
+        detail::for_runs_in(
+            state.runs, begin, std::min(begin + count, state.used_count),
+            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
+              const std::uint64_t local_at =
+                  (state.by_arena[a] ? run.arena : run.shard) + (from - run.checkpoint);
+              detail::copy_async(bytes + d * block + (from - begin) * element,
+                                 local + local_at * element, (to - from) * element, stream);
+            });
       }
       const TensorView input(bytes, block * ranks, DType::u8, stream.device());
       const TensorView output(slice + at * element, block, DType::u8, stream.device());
@@ -181,7 +179,8 @@ void Checkpointer::Impl::from_checkpoint_order() {
       const std::size_t block = count * element;
       if (window.size_bytes() < block * ranks) {
         stream.synchronize();
-        window = Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
+        window =
+            Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
       }
       auto* bytes = static_cast<unsigned char*>(window.data());
       const TensorView input(slice + at * element, block, DType::u8, stream.device());
@@ -189,15 +188,15 @@ void Checkpointer::Impl::from_checkpoint_order() {
       dp.comm().all_gather(input, output, stream).wait();
       for (std::uint64_t d = 0; d < ranks; ++d) {
         const std::uint64_t begin = d * n + at;
-        detail::for_runs_in(state.runs, begin, std::min(begin + count, state.used_count),
-                            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
-                              const std::uint64_t local_at =
-                                  (state.by_arena[a] ? run.arena : run.shard) +
-                                  (from - run.checkpoint);
-                              detail::copy_async(local + local_at * element,
-                                                 bytes + d * block + (from - begin) * element,
-                                                 (to - from) * element, stream);
-                            });
+        detail::for_runs_in(
+            state.runs, begin, std::min(begin + count, state.used_count),
+            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
+              const std::uint64_t local_at =
+                  (state.by_arena[a] ? run.arena : run.shard) + (from - run.checkpoint);
+              detail::copy_async(local + local_at * element,
+                                 bytes + d * block + (from - begin) * element,
+                                 (to - from) * element, stream);
+            });
       }
     }
   }

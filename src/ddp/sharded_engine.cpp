@@ -383,11 +383,12 @@ void ShardedEngine::settle_for_overwrite() {
   for (std::uint32_t u = 0; u < registry_.units().size(); ++u) {
     if (units_.held(u)) held += (held.empty() ? "'" : ", '") + registry_.units()[u].name + "'";
   }
-  COHORT_EXPECTS(held.empty(), "ZeRO-3: the shard cannot be overwritten (a checkpoint load) while "
-                               "unit(s) " +
-                                   held +
-                                   " are gathered: release every unit first, and load between "
-                                   "steps");
+  COHORT_EXPECTS(held.empty(),
+                 "ZeRO-3: the shard cannot be overwritten (a checkpoint load) while "
+                 "unit(s) " +
+                     held +
+                     " are gathered: release every unit first, and load between "
+                     "steps");
   // Units fetched ahead hold the parameters from before: their slots go back, as at sync_grads().
   for (Segment& state : segments_) {
     if (state.param_slot >= 0) {

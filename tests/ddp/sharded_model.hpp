@@ -187,7 +187,8 @@ inline std::vector<float> train_sharded(World& world, const ShardedRun& run) {
     }
     if (run.clip > 0.0f) clip_grad_norm(*optimizer, run.clip);
     optimizer->step();
-    if (checkpoints && step + 1 == run.save_at) checkpoints->save(TrainingState{step + 1, 0, 0, {}});
+    if (checkpoints && step + 1 == run.save_at)
+      checkpoints->save(TrainingState{step + 1, 0, 0, {}});
   }
   std::vector<float> result;
   for (std::size_t layer = 0; layer < layers; ++layer) {

@@ -24,11 +24,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <map>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -744,8 +744,8 @@ TEST(ShardedCheckpoint, ResumesBitwiseInTheSameModeAndRankCount) {
   for (const Sharding sharding : {Sharding::zero2, Sharding::zero3}) {
     for (const int ranks : {2, 3}) {
       for (const bool bf16 : {false, true}) {
-        const std::string what = std::string(to_string(sharding)) + " on " +
-                                 std::to_string(ranks) + " ranks" + (bf16 ? ", bf16 + scaler" : "");
+        const std::string what = std::string(to_string(sharding)) + " on " + std::to_string(ranks) +
+                                 " ranks" + (bf16 ? ", bf16 + scaler" : "");
         cohort::test::ShardedRun run;
         run.sharding = sharding;
         run.steps = 5;
@@ -825,8 +825,7 @@ TEST(ShardedCheckpoint, ReshardsAcrossModesAndRankCountsExactly) {
                                            cohort::CheckpointOptions{.directory = third.str()});
           ASSERT_TRUE(checkpoints.load().has_value());
           const std::filesystem::path again = third.path / "again";
-          cohort::Checkpointer other(dp, &optimizer,
-                                     cohort::CheckpointOptions{.directory = again});
+          cohort::Checkpointer other(dp, &optimizer, cohort::CheckpointOptions{.directory = again});
           other.save(cohort::TrainingState{2, 0, 0, {}});
         },
         host_options());
