@@ -178,4 +178,62 @@ TEST(CrashLoop, InterruptedTrainMlpEndsBitwiseEqualToAnUninterruptedRun) {
   EXPECT_TRUE(cohort_test::contains(log, "preempted; saved step"));
 }
 
+// ZeRO-2 and ZeRO-3 (Note [Sharded checkpoints]): a rank SIGKILLed while its file of a save is
+// written and fsynced, not yet reported, leaves the previous checkpoint as the latest; the next
+// start resumes from it and ends bitwise equal to a run that never stopped.
+TEST(CrashLoop, ShardedRunKilledDuringASaveResumesFromThePreviousBitwiseEqual) {
+  const std::string cohortrun = cohort_test::build_path("tools/cohortrun/cohortrun");
+  const std::string train_mlp = cohort_test::build_path("examples/train_mlp/train_mlp");
+  if (!fs::exists(cohortrun) || !fs::exists(train_mlp))
+    GTEST_SKIP() << "cohortrun or train_mlp not built";
+  for (const char* zero : {"2", "3"}) {
+    SCOPED_TRACE(std::string("--zero ") + zero);
+    cohort_test::TemporaryFolder folder;
+    const fs::path checkpoints = folder.path() / "checkpoints";
+    auto train = [&](const std::string& steps, const std::string& name, bool checkpointed) {
+      std::vector<std::string> command = {cohortrun,
+                                          "--nproc-per-node",
+                                          "2",
+                                          train_mlp,
+                                          "--host",
+                                          "--steps",
+                                          steps,
+                                          "--hidden",
+                                          "32",
+                                          "--layers",
+                                          "3",
+                                          "--global-batch",
+                                          "64",
+                                          "--zero",
+                                          zero,
+                                          "--log-every",
+                                          "0",
+                                          "--params-out",
+                                          (folder.path() / (name + ".bin")).string()};
+      if (checkpointed) {
+        command.insert(command.end(),
+                       {"--checkpoint-dir", checkpoints.string(), "--checkpoint-every", "10"});
+      }
+      return wait_for(start(command, folder.path() / (name + ".log")));
+    };
+    ASSERT_EQ(train("40", "reference", false), 0) << read_file(folder.path() / "reference.log");
+    ASSERT_EQ(train("20", "first", true), 0) << read_file(folder.path() / "first.log");
+    ::setenv("COHORT_CHECKPOINT_CRASH_AT", "shard_written:1", 1);
+    const int killed = train("40", "killed", true);
+    ::unsetenv("COHORT_CHECKPOINT_CRASH_AT");
+    const std::string killed_log = read_file(folder.path() / "killed.log");
+    EXPECT_NE(killed, 0) << killed_log;
+    EXPECT_TRUE(cohort_test::contains(killed_log, "killing this process")) << killed_log;
+    EXPECT_EQ(latest_of(checkpoints), "step-000000000020\n");
+    ASSERT_EQ(train("40", "resumed", true), 0) << read_file(folder.path() / "resumed.log");
+    const std::string resumed_log = read_file(folder.path() / "resumed.log");
+    EXPECT_TRUE(cohort_test::contains(resumed_log, "resumed from step 20")) << resumed_log;
+    const std::string expected = read_file(folder.path() / "reference.bin");
+    ASSERT_FALSE(expected.empty());
+    EXPECT_TRUE(read_file(folder.path() / "resumed.bin") == expected)
+        << "the resumed run's parameters differ from the uninterrupted run's\n"
+        << resumed_log;
+  }
+}
+
 }  // namespace
