@@ -186,8 +186,13 @@ struct Attempt {
 // The slices read in step 2 are already checked, so when a rank fails to read the rest (a file
 // that changed under it) the ranks all-gather the slices instead: that load still succeeds.
 // On one host the rest may come from the page cache that the other ranks' reads of their slices
-// just filled, which the read speed measured in step 2 does not foresee; the choice then leans to
-// the all-gather, which is no slower than a copy out of the page cache through shared memory.
+// just filled, which the read speed measured in step 2 does not foresee, and the probe's small
+// all-gathers are dominated by their fixed cost: on 4 ranks of a 2-core machine the probe said
+// 1.8 GB/s and the choice was read-all in 14 of 21 loads, 1.3x slower than the all-gather
+// (checkpoint_bench, docs/performance.md). So where the communicator is one host's shared memory
+// (`Backend::shm`), the all-gather is chosen without a probe: it is a copy between the ranks'
+// memory, no slower than a copy out of the page cache. The probe decides elsewhere (Gloo across
+// hosts, hierarchical, NCCL).
 
 ReplicatedReadChoice choose_replicated_read(const ReplicatedReadSpeeds& speeds) {
   COHORT_EXPECTS(speeds.ranks >= 1, "choose_replicated_read needs at least one rank, not " +
@@ -485,8 +490,10 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
   }
   if (!agree(prefix + "/checked", mine, failure)) return std::nullopt;
 
-  // 2. The probe, then this rank's slices and ranges (Note [Replicated reads]).
-  const bool measure = !forced && ranks > 1 && attempt.replicated_bytes > 0;
+  // 2. The probe, then this rank's slices and ranges (Note [Replicated reads]). On one host's
+  // shared memory the all-gather is chosen without one.
+  const bool shared_memory = dp.comm().backend() == Backend::shm;
+  const bool measure = !forced && !shared_memory && ranks > 1 && attempt.replicated_bytes > 0;
   mine = {};
   try {
     if (measure) {
@@ -535,6 +542,10 @@ std::optional<TrainingState> Checkpointer::Impl::try_load(const std::filesystem:
     choice = {*forced && ranks > 1 ? ReplicatedRead::slice_then_gather : ReplicatedRead::read_all,
               *forced ? "gather_replicated is set" : "gather_replicated is false"};
     if (ranks == 1) choice.why = "one rank: nothing to gather";
+  } else if (shared_memory && ranks > 1 && any_replicated) {
+    choice = {ReplicatedRead::slice_then_gather,
+              "one host's shared memory: the all-gather copies between the ranks' memory, no "
+              "slower than reading the page cache again"};
   } else if (!measure) {
     choice = choose_replicated_read(speeds);
   } else {
