@@ -12,6 +12,7 @@ suite spawns its ranks with multiprocessing.
 
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -19,8 +20,11 @@ import unittest
 
 
 # Module level, so that the ranks the suite spawns (which import this file again) find the class.
+# The process that makes the folder (not the ranks it spawns) removes it at the end.
+_owned_temp = None
 if "TEMP_DIR" not in os.environ:
     _temp = tempfile.mkdtemp(prefix="cohort-torch-suite.")
+    _owned_temp = _temp
     open(os.path.join(_temp, "barrier"), "w").close()
     os.environ["TEMP_DIR"] = _temp
 os.environ["BACKEND"] = "cohort"
@@ -96,7 +100,11 @@ def main():
             self._line(test, "expected failure", err[1])
 
     runner = unittest.TextTestRunner(resultclass=Recorder, verbosity=1)
-    result = runner.run(suite)
+    try:
+        result = runner.run(suite)
+    finally:
+        if _owned_temp is not None:
+            shutil.rmtree(_owned_temp, ignore_errors=True)
     with open(report, "w") as out:
         out.write("\n".join(result.lines) + "\n")
     counts = {}
