@@ -100,6 +100,8 @@ std::uint64_t signature_of(const Communicator::Call& call) {
          ((root & 0x7ff) << 44) | (static_cast<std::uint64_t>(count) & kCountMask);
 }
 
+}  // namespace
+
 std::string describe_signature(std::uint64_t signature) {
   const auto op = static_cast<CollectiveOp>(signature >> 61);
   const auto reduce = static_cast<ReduceOp>((signature >> 58) & 7);
@@ -119,8 +121,6 @@ std::string describe_signature(std::uint64_t signature) {
   }
   return text.str();
 }
-
-}  // namespace
 
 void ShmEngine::check_signatures(int rank, std::uint64_t seq, const CommContext& context) const {
   for (int r = rank >= 0 ? rank : 0; r < (rank >= 0 ? rank + 1 : ranks_); ++r) {
@@ -305,6 +305,11 @@ void ShmEngine::run_typed(const Communicator::Call& call, ShmSegment::Clock::tim
           copy(slot(seq, me), output + offset, chunk * sizeof(T));
           segment_->post(Flag::arrived, seq);
         } else {
+          // Posted though no rank waits for it in a broadcast: ranks that issued another
+          // collective at this round see it, check the signatures and name the mismatch
+          // themselves, not only through this rank's report (Note [Shared-memory call
+          // signatures]).
+          segment_->post(Flag::arrived, seq);
           segment_->wait(Flag::arrived, call.root, seq, deadline, context);
           check_signatures(call.root, seq, context);
           copy(output + offset, slot(seq, root), chunk * sizeof(T));

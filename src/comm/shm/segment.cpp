@@ -309,9 +309,25 @@ void ShmSegment::check_health(Flag which, int rank, std::uint64_t seq, Clock::ti
                  "waited past the deadline for " + waited_for(rank, context) + " on " +
                      context.describe() + ", which its rank " + std::to_string(by - 1) +
                      " then aborted");
-    COHORT_FAIL(Error, context.describe() + " was aborted" +
-                           (context.aborted() ? ": " + context.abort_reason()
-                                              : " by its rank " + std::to_string(by - 1)));
+    // The rank that aborted may have found a mismatch (it then stopped at this round, its
+    // signature posted): say what it called, since its own report may never be readable here
+    // (the store's host can be gone by then).
+    const int aborter = static_cast<int>(by) - 1;
+    std::string mismatch;
+    if (aborter != rank_ && aborter < ranks_ &&
+        flag(aborter, Flag::arrived).load(std::memory_order_acquire) >= seq) {
+      const std::uint64_t theirs = signature(aborter, seq);
+      const std::uint64_t mine = signature(rank_, seq);
+      if (theirs != mine) {
+        mismatch = ", which had called " + describe_signature(theirs) + " where rank " +
+                   std::to_string(context.global_rank(rank_)) + " called " +
+                   describe_signature(mine);
+      }
+    }
+    COHORT_FAIL(Error,
+                context.describe() + " was aborted" +
+                    (context.aborted() ? ": " + context.abort_reason()
+                                       : " by its rank " + std::to_string(aborter) + mismatch));
   }
   COHORT_CHECK(!context.aborted(), Error,
                context.describe() + " was aborted: " + context.abort_reason());
