@@ -122,85 +122,70 @@ void Checkpointer::Impl::set_up_sharded() {
   }
 }
 
-void Checkpointer::Impl::to_checkpoint_order() {
-  const detail::ShardedState& state = *sharded;
-  const Stream& stream = dp.compute_stream();
-  const auto ranks = static_cast<std::uint64_t>(dp.world().size());
-  const std::uint64_t n = state.slice_count;
-  Buffer window;
-  for (std::size_t a = 0; a < arrays.size(); ++a) {
-    const std::size_t element = size_of(arrays[a].dtype);
-    const std::uint64_t per_round = std::max<std::uint64_t>(1, detail::kWindowBytes / element);
-    auto* local = static_cast<const unsigned char*>(state.states[a].data());
-    auto* slice = static_cast<unsigned char*>(arrays[a].view.data());
-    for (std::uint64_t at = 0; at < n; at += per_round) {
-      const std::uint64_t count = std::min(per_round, n - at);
-      const std::size_t block = count * element;
-      if (window.size_bytes() < block * ranks) {
-        stream.synchronize();  // the previous window's reads are done
-        window =
-            Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
-      }
-      auto* bytes = static_cast<unsigned char*>(window.data());
-      detail::zero_async(bytes, block * ranks, stream);
-      for (std::uint64_t d = 0; d < ranks; ++d) {
-        const std::uint64_t begin = d * n + at;
-        detail::for_runs_in(
-            state.runs, begin, std::min(begin + count, state.used_count),
-            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
-              const std::uint64_t local_at =
-                  (state.by_arena[a] ? run.arena : run.shard) + (from - run.checkpoint);
-              detail::copy_async(bytes + d * block + (from - begin) * element,
-                                 local + local_at * element, (to - from) * element, stream);
-            });
-      }
-      const TensorView input(bytes, block * ranks, DType::u8, stream.device());
-      const TensorView output(slice + at * element, block, DType::u8, stream.device());
-      dp.comm().reduce_scatter(input, output, ReduceOp::sum, stream).wait();
-    }
-  }
-  stream.synchronize();
-}
+namespace detail {
+namespace {
 
-void Checkpointer::Impl::from_checkpoint_order() {
-  const detail::ShardedState& state = *sharded;
-  const Stream& stream = dp.compute_stream();
-  const auto ranks = static_cast<std::uint64_t>(dp.world().size());
+/// Moves every array between the state and the slices (Note [Sharded checkpoints]), window by
+/// window: `to_slices` reduce-scatters windows filled from the state, else all-gathers the slices
+/// into windows and copies out of them. Collective; returns once the stream has finished it.
+void move_state(const ShardedState& state, const std::vector<CheckpointArray>& arrays,
+                Communicator& comm, const Stream& stream, bool to_slices) {
+  const std::uint64_t ranks = static_cast<std::uint64_t>(comm.size());
   const std::uint64_t n = state.slice_count;
-  dp.settle_for_overwrite();
   Buffer window;
   for (std::size_t a = 0; a < arrays.size(); ++a) {
     const std::size_t element = size_of(arrays[a].dtype);
-    const std::uint64_t per_round = std::max<std::uint64_t>(1, detail::kWindowBytes / element);
+    const std::uint64_t per_round = std::max<std::uint64_t>(1, kWindowBytes / element);
     auto* local = static_cast<unsigned char*>(state.states[a].data());
     auto* slice = static_cast<unsigned char*>(arrays[a].view.data());
     for (std::uint64_t at = 0; at < n; at += per_round) {
       const std::uint64_t count = std::min(per_round, n - at);
       const std::size_t block = count * element;
       if (window.size_bytes() < block * ranks) {
-        stream.synchronize();
-        window =
-            Buffer(detail::resource_for(stream.device()), block * ranks, MemoryCategory::other);
+        stream.synchronize();  // the previous window's copies are done
+        window = Buffer(resource_for(stream.device()), block * ranks, MemoryCategory::other);
       }
       auto* bytes = static_cast<unsigned char*>(window.data());
-      const TensorView input(slice + at * element, block, DType::u8, stream.device());
-      const TensorView output(bytes, block * ranks, DType::u8, stream.device());
-      dp.comm().all_gather(input, output, stream).wait();
+      const TensorView windows(bytes, block * ranks, DType::u8, stream.device());
+      const TensorView mine(slice + at * element, block, DType::u8, stream.device());
+      if (to_slices) {
+        zero_async(windows, stream);
+      } else {
+        comm.all_gather(mine, windows, stream).wait();
+      }
       for (std::uint64_t d = 0; d < ranks; ++d) {
         const std::uint64_t begin = d * n + at;
-        detail::for_runs_in(
-            state.runs, begin, std::min(begin + count, state.used_count),
-            [&](const detail::ShardedRun& run, std::uint64_t from, std::uint64_t to) {
-              const std::uint64_t local_at =
-                  (state.by_arena[a] ? run.arena : run.shard) + (from - run.checkpoint);
-              detail::copy_async(local + local_at * element,
-                                 bytes + d * block + (from - begin) * element,
-                                 (to - from) * element, stream);
-            });
+        for_runs_in(state.runs, begin, std::min(begin + count, state.used_count),
+                    [&](const ShardedRun& run, std::uint64_t from, std::uint64_t to) {
+                      unsigned char* in_window = bytes + d * block + (from - begin) * element;
+                      unsigned char* in_state =
+                          local +
+                          ((state.by_arena[a] ? run.arena : run.shard) + (from - run.checkpoint)) *
+                              element;
+                      const std::size_t size = (to - from) * element;
+                      if (to_slices) {
+                        copy_async(in_window, in_state, size, stream);
+                      } else {
+                        copy_async(in_state, in_window, size, stream);
+                      }
+                    });
       }
+      if (to_slices) comm.reduce_scatter(windows, mine, ReduceOp::sum, stream).wait();
     }
   }
   stream.synchronize();
+}
+
+}  // namespace
+}  // namespace detail
+
+void Checkpointer::Impl::to_checkpoint_order() {
+  detail::move_state(*sharded, arrays, dp.comm(), dp.compute_stream(), /*to_slices=*/true);
+}
+
+void Checkpointer::Impl::from_checkpoint_order() {
+  dp.settle_for_overwrite();
+  detail::move_state(*sharded, arrays, dp.comm(), dp.compute_stream(), /*to_slices=*/false);
   dp.params_updated();
 }
 

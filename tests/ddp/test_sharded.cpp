@@ -771,6 +771,31 @@ TEST(ShardedCheckpoint, ResumesBitwiseInTheSameModeAndRankCount) {
   }
 }
 
+/// On `ranks` ranks of `sharding`, loads the latest checkpoint under `from` into the test model
+/// and AdamW, and saves it at once under `to`, with no step between.
+void load_and_save_again(int ranks, Sharding sharding, const std::filesystem::path& from,
+                         const std::filesystem::path& to) {
+  const cohort::test::ShardedRun run;
+  cohort::run_local(
+      ranks,
+      [&](cohort::World& world) {
+        cohort::ParamRegistry registry;
+        const cohort::test::ShardedModel model(registry);
+        cohort::DataParallelOptions options;
+        options.sharding = sharding;
+        options.bucket_bytes = run.bucket_bytes;
+        options.first_bucket_bytes = run.first_bucket_bytes;
+        options.last_bucket_bytes = run.last_bucket_bytes;
+        cohort::DataParallel dp(world, registry, options);
+        cohort::AdamW optimizer(cohort::target_of(dp), cohort::AdamWOptions{.lr = 0.01f});
+        cohort::Checkpointer loaded(dp, &optimizer, cohort::CheckpointOptions{.directory = from});
+        ASSERT_TRUE(loaded.load().has_value());
+        cohort::Checkpointer saved(dp, &optimizer, cohort::CheckpointOptions{.directory = to});
+        saved.save(cohort::TrainingState{2, 0, 0, {}});
+      },
+      host_options());
+}
+
 // ZeRO-3 on 4 ranks -> plain data parallel on 2 -> ZeRO-2 on 3: each load holds exactly what was
 // saved (the next save writes the same bytes, parameters and optimizer state), and the files of a
 // sharded save are those plain data parallel writes.
@@ -782,58 +807,20 @@ TEST(ShardedCheckpoint, ReshardsAcrossModesAndRankCountsExactly) {
   run.steps = 2;
   run.save_at = 2;
   const std::vector<float> saved = train(4, run);
-  // Plain data parallel on 2 ranks loads it, and saves it again at once.
+  // Plain data parallel on 2 ranks loads it, and (below) saves it again at once.
   std::filesystem::copy(first.path, second.path, std::filesystem::copy_options::recursive);
   run.sharding = Sharding::none;
   run.checkpoint_dir = second.str();
   run.save_at = -1;
   EXPECT_EQ(train(2, run), saved) << "ZeRO-3's parameters, loaded by plain data parallel";
-  {
-    // Saved again after the load, with no step between.
-    cohort::run_local(
-        2,
-        [&](cohort::World& world) {
-          cohort::ParamRegistry registry;
-          const cohort::test::ShardedModel model(registry);
-          cohort::DataParallelOptions options;
-          cohort::DataParallel dp(world, registry, options);
-          cohort::AdamW optimizer(cohort::target_of(dp), cohort::AdamWOptions{.lr = 0.01f});
-          cohort::Checkpointer checkpoints(dp, &optimizer,
-                                           cohort::CheckpointOptions{.directory = third.str()});
-          cohort::Checkpointer from(dp, &optimizer,
-                                    cohort::CheckpointOptions{.directory = second.str()});
-          ASSERT_TRUE(from.load().has_value());
-          checkpoints.save(cohort::TrainingState{2, 0, 0, {}});
-        },
-        host_options());
-  }
+  load_and_save_again(2, Sharding::none, second.path, third.path);
   EXPECT_EQ(arrays_of(third.path), arrays_of(first.path))
       << "plain data parallel on 2 ranks saved other bytes than it loaded from ZeRO-3 on 4";
   // ZeRO-2 on 3 ranks loads plain data parallel's checkpoint and saves it again: the same bytes.
   run.sharding = Sharding::zero2;
   run.checkpoint_dir = third.str();
   run.steps = 2;
-  {
-    cohort::run_local(
-        3,
-        [&](cohort::World& world) {
-          cohort::ParamRegistry registry;
-          const cohort::test::ShardedModel model(registry);
-          cohort::DataParallelOptions options;
-          options.sharding = Sharding::zero2;
-          options.bucket_bytes = 2048;
-          options.first_bucket_bytes = 512;
-          cohort::DataParallel dp(world, registry, options);
-          cohort::AdamW optimizer(cohort::target_of(dp), cohort::AdamWOptions{.lr = 0.01f});
-          cohort::Checkpointer checkpoints(dp, &optimizer,
-                                           cohort::CheckpointOptions{.directory = third.str()});
-          ASSERT_TRUE(checkpoints.load().has_value());
-          const std::filesystem::path again = third.path / "again";
-          cohort::Checkpointer other(dp, &optimizer, cohort::CheckpointOptions{.directory = again});
-          other.save(cohort::TrainingState{2, 0, 0, {}});
-        },
-        host_options());
-  }
+  load_and_save_again(3, Sharding::zero2, third.path, third.path / "again");
   EXPECT_EQ(arrays_of(third.path / "again"), arrays_of(first.path))
       << "ZeRO-2 on 3 ranks saved other bytes than it loaded";
   EXPECT_EQ(train(3, run), saved) << "ZeRO-2 on 3 ranks, after the load";
