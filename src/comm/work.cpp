@@ -127,15 +127,6 @@ void WorkState::release() {
   released_.notify_all();
 }
 
-bool WorkState::hold_unless_finished() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  if (done_) {
-    return false;
-  }
-  held_.store(true, std::memory_order_relaxed);
-  return true;
-}
-
 bool WorkState::wait_released(Clock::duration patience) {
   bool released = false;
   {

@@ -59,17 +59,13 @@ class WorkState {
 
   /// Note [Buffers after a failure]: a host backend runs the collective on a thread of its own,
   /// while the watchdog may fail the work at its deadline, and an abort then makes that thread
-  /// leave the collective only at its next check (a shared-memory wait: at once; Gloo: at its own
-  /// timeout, the deadline plus a grace). The caller, told of the failure, frees its buffers
+  /// leave the collective only at its next check (a shared-memory wait and Gloo's: at once, Note
+  /// [Aborting Gloo]). The caller, told of the failure, frees its buffers
   /// while unwinding. So a work whose backend thread uses the caller's buffers is marked `held`
   /// before it is handed out, and `release()`d when that thread no longer touches them; waits
   /// for the work return only after that (`wait_released`), at most `kReleasePatience` later.
   void hold() { held_.store(true, std::memory_order_relaxed); }
   void release();
-  /// Holds the buffers again for a last write into them, unless the work has finished (failed)
-  /// already: then its caller may have freed them, and this returns false. A failure after this
-  /// returned true waits for the `release()` that follows the write.
-  bool hold_unless_finished();
   /// After the work finished: waits until its buffers are released or `patience` passes; says
   /// so on standard error in the second case. Returns whether they were released.
   bool wait_released(Clock::duration patience);

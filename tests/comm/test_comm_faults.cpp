@@ -111,11 +111,11 @@ TEST(Faults, RankThatRaisesStopsTheOthersLongBeforeTheDeadline) {
   EXPECT_LT(seconds_since(start), 10.0);
 }
 
-// The waits of the others end soon after the failure, with their buffers given back: Gloo,
-// which cannot be interrupted and blocks until its own timeout (here 62 s), runs on the worker's
-// memory, not the caller's (Note [Gloo on its own buffers]). Before, each wait gave up on the
-// buffers only after kReleasePatience (4 s), and then the caller freed a vector Gloo still
-// reduced into (ThreadSanitizer saw it in CI).
+// The waits of the others end soon after the failure, with their buffers given back: the abort
+// that the failure causes ends Gloo's operations at once (Note [Aborting Gloo]), which would
+// otherwise block until Gloo's own timeout (here 62 s). Once, each wait gave up on the buffers only
+// after kReleasePatience (4 s), and then the caller freed a vector Gloo still reduced into
+// (ThreadSanitizer saw it in CI).
 TEST(Faults, TheOthersSeeWhichRankFailed) {
   std::vector<std::string> messages(3);
   std::vector<double> waited(3, 0.0);
@@ -314,6 +314,79 @@ TEST(Faults, AbortFailsLaterCollectivesAtOnce) {
         EXPECT_EQ(data, std::vector<float>(3, 1.0f));
       },
       options_with_timeout(std::chrono::seconds(30)));
+}
+
+// Note [Aborting Gloo], Note [Gloo on the caller's buffers]: an abort ends a collective blocked on
+// a peer at once, on every host transport, and the failed wait gives back a buffer that nothing
+// writes into afterwards. Rank 2 never issues the all-reduce; rank 0 aborts its communicator
+// while blocked in it, 60 s before the deadline, and raises; the others learn of it and abort
+// theirs. Each rank fills its buffer once its wait failed, and the fill must survive to the end.
+// On Gloo, closing its connections alone left rank 0's worker blocked until Gloo's own timeout
+// (62 s), and a peer in the middle of receiving a piece of the 4 MiB from rank 0 is not woken by
+// Gloo even when its pairs are failed: the abort fails that collective itself.
+TEST(Faults, AnAbortEndsABlockedCollectiveAndItsBufferIsLeftAlone) {
+  std::vector<double> waited(4, -1.0);
+  std::vector<std::string> messages(4);
+  std::vector<std::vector<float>> buffers(4, std::vector<float>(std::size_t{1} << 20, 1.0f));
+  const std::string reason = "the test aborted rank 0 in its all-reduce";
+  const auto start = Clock::now();
+  try {
+    cohort::run_local(
+        4,
+        [&](cohort::World& world) {
+          const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+          const auto r = static_cast<std::size_t>(world.rank());
+          world.comm().barrier(stream).wait();
+          if (world.rank() == 2) {
+            while (!world.comm().aborted()) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            return;
+          }
+          std::thread aborter;
+          if (world.rank() == 0) {
+            aborter = std::thread([&world, &reason] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(300));
+              world.comm().abort(reason);
+            });
+          }
+          const struct Join {
+            std::thread& thread;
+            ~Join() {
+              if (thread.joinable()) {
+                thread.join();
+              }
+            }
+          } join{aborter};
+          const auto issued = Clock::now();
+          try {
+            world.comm()
+                .all_reduce(std::span<float>(buffers[r]), cohort::ReduceOp::sum, stream)
+                .wait();
+          } catch (const cohort::Error& error) {
+            waited[r] = seconds_since(issued);
+            messages[r] = error.what();
+            std::fill(buffers[r].begin(), buffers[r].end(), 7.0f);
+            throw;
+          }
+        },
+        options_with_timeout(std::chrono::seconds(60)));
+    FAIL() << "no rank failed";
+  } catch (const cohort::Error&) {
+  }
+  EXPECT_THAT(messages[0], HasSubstr(reason));
+  // Every World is gone soon after too: no worker thread was left inside Gloo until its timeout
+  // (a World waits 4 s for one, Note [Host worker teardown], before leaving it behind).
+  EXPECT_LT(seconds_since(start), 3.5);
+  for (int r : {0, 1, 3}) {
+    const auto i = static_cast<std::size_t>(r);
+    EXPECT_GE(waited[i], 0.0) << "rank " << r << "'s all-reduce did not fail";
+    // Below kReleasePatience (4 s), after which a wait gives up on buffers it was not given back.
+    EXPECT_LT(waited[i], 3.0) << "rank " << r << " (rank 0 aborted after 0.3 s, deadline 60 s)";
+    EXPECT_TRUE(
+        std::all_of(buffers[i].begin(), buffers[i].end(), [](float x) { return x == 7.0f; }))
+        << "rank " << r << "'s buffer was written after its wait failed";
+  }
 }
 
 // A rank that throws while another waits in the world's store (a benchmark gathering the

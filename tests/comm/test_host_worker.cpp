@@ -141,33 +141,4 @@ TEST(WorkBuffers, ACompletedWorkIsNotHeldBack) {
   state->release();
 }
 
-// Note [Gloo on its own buffers]: a worker that let go of the caller's buffers takes them back
-// for its last write only if the work has not failed; once it has them, a failure's wait
-// returns only after that write.
-TEST(WorkBuffers, AWriteBackAfterAFailureIsRefusedAndOneBeforeItIsWaitedFor) {
-  cohort::CollectiveRecord record;
-  auto failed = std::make_shared<cohort::detail::WorkState>(
-      record, Clock::now() + std::chrono::seconds(60), nullptr);
-  failed->hold();
-  failed->release();  // the input is copied: Gloo runs on the worker's memory
-  failed->fail(std::make_exception_ptr(cohort::Error("a peer failed")));
-  EXPECT_FALSE(failed->hold_unless_finished()) << "the caller may have freed its buffers";
-
-  auto writing = std::make_shared<cohort::detail::WorkState>(
-      record, Clock::now() + std::chrono::seconds(60), nullptr);
-  writing->hold();
-  writing->release();
-  ASSERT_TRUE(writing->hold_unless_finished());
-  std::atomic<bool> written{false};
-  std::thread worker([&] {
-    std::this_thread::sleep_for(milliseconds(300));  // writing the result back
-    written = true;
-    writing->release();
-  });
-  writing->fail(std::make_exception_ptr(cohort::Error("a peer failed")));
-  EXPECT_THROW(cohort::Work(writing).wait(), cohort::Error);
-  EXPECT_TRUE(written.load()) << "the wait returned during the write back";
-  worker.join();
-}
-
 }  // namespace

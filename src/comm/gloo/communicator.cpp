@@ -17,34 +17,46 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace cohort::detail {
 
-/// Memory of a communicator's worker, reused by its collectives (one at a time).
-struct GlooScratch {
-  std::vector<std::byte> bytes;
+/// What a communicator's worker and its abort share about the collective running (Note [Gloo on
+/// the caller's buffers]), and the worker's memory for the reduce-scatter (one at a time).
+struct GlooRun {
+  std::mutex mutex;
+  std::shared_ptr<WorkState> work;  // guarded by mutex: the collective on the caller's buffers
+  bool let_go = false;              // guarded by mutex: set by the abort, for good
+  std::vector<std::byte> scratch;   // the worker's alone
+
   template <typename T>
-  T* get(std::size_t count) {
-    if (bytes.size() < count * sizeof(T)) {
-      bytes.resize(count * sizeof(T));
+  T* scratch_for(std::size_t count) {
+    if (scratch.size() < count * sizeof(T)) {
+      scratch.resize(count * sizeof(T));
     }
-    return reinterpret_cast<T*>(bytes.data());
+    return reinterpret_cast<T*>(scratch.data());
   }
 };
 
 namespace {
 
 // Note [Aborting Gloo]
-// Gloo cannot interrupt an operation blocked on a peer: closing the connections stops further
-// data but does not wake the waiting buffers, which wait for Gloo's own timeout. So each
-// operation gets the collective's deadline as its Gloo timeout (the watchdog diagnoses first: it
-// polls, Gloo would only say "timed out"), and a communicator destroyed after an abort waits for
-// its worker thread only so long (Note [Host worker teardown]): the worker holds what it uses
-// (the Gloo context, the communicator's context, its scratch memory) but nothing of the
-// communicator object, and Gloo never runs on user buffers (Note [Gloo on its own buffers]).
-// Gloo's timeout is the deadline plus a grace, so that the watchdog, which knows more, is the
-// one to report it.
+// Gloo has no abort of its own: closing a pair's connection stops its data but does not wake the
+// operations waiting on it, which would wait for Gloo's timeout. What Gloo does when one of its
+// waits times out is to fail every pair of the context: each pending operation is woken with the
+// error, and the pair, closed under its lock, reads into no buffer again. The communicator's
+// abort does the same (fail_gloo_operations), so on the aborting rank the collective returns at
+// once, and its peers, whose connections to it close, fail theirs as they notice. Each operation
+// still gets the collective's deadline plus a grace as Gloo's own timeout: the watchdog, which
+// polls and knows more than Gloo's "timed out", is the one to report a hang, and Gloo's timeout
+// only ends a wait that nothing else ended: a receive already under way when the abort comes (the
+// pair in the middle of reading a message) is not among the operations Gloo wakes; its closed pair
+// reads no more into the buffer, and the abort fails the collective without waiting for it (Note
+// [Gloo on the caller's buffers]), but the worker stays in it until that timeout. A communicator
+// destroyed after an abort waits for its worker thread only so long (Note [Host worker
+// teardown]): the worker holds what it uses (the Gloo context, the communicator's context, its
+// scratch memory) and nothing of the communicator.
 constexpr auto kGlooGrace = std::chrono::seconds(2);
 
 // Element-wise reductions in Gloo's signature, c = a (op) b. 16-bit floats reduce in float and
@@ -87,18 +99,37 @@ struct Max {
   }
 };
 
+/// The collective the calling thread (a worker) runs: Gloo calls the reduction on the thread that
+/// called it, with no argument of cohort's.
+thread_local GlooRun* t_running = nullptr;
+
+/// Runs `write`, which writes into the caller's buffers, unless the abort has let go of them;
+/// the abort waits for a write under way (Note [Gloo on the caller's buffers]).
+template <typename Write>
+void write_unless_let_go(GlooRun& run, const Write& write) {
+  const std::lock_guard<std::mutex> lock(run.mutex);
+  COHORT_CHECK(!run.let_go, Error,
+               "the communicator was aborted, and its buffers given back, during the collective");
+  write();
+}
+
+template <typename T, typename Op>
+void reduce_into_buffer(void* c, const void* a, const void* b, std::size_t n) {
+  write_unless_let_go(*t_running, [&] { reduce_elements<T, Op>(c, a, b, n); });
+}
+
 template <typename T>
 gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
     case ReduceOp::min:
-      return &reduce_elements<T, Min>;
+      return &reduce_into_buffer<T, Min>;
     case ReduceOp::max:
-      return &reduce_elements<T, Max>;
+      return &reduce_into_buffer<T, Max>;
     case ReduceOp::sum:
     case ReduceOp::avg:
-      return &reduce_elements<T, Sum>;
+      return &reduce_into_buffer<T, Sum>;
   }
-  return &reduce_elements<T, Sum>;
+  return &reduce_into_buffer<T, Sum>;
 }
 
 /// Divides each element by `divisor` (the avg after a sum); integers truncate toward zero.
@@ -113,39 +144,55 @@ void divide(T* data, std::size_t count, int divisor) {
   }
 }
 
-// Note [Gloo on its own buffers]
-// Gloo cannot be interrupted (Note [Aborting Gloo]): a collective blocked on a peer that failed
-// returns only at Gloo's own timeout, and until then the data that other peers still send is
-// reduced into its buffers. Had those been the caller's, the caller, told of the failure (its
-// wait returns once the buffers are released, or after kReleasePatience), would free them while
-// Gloo still wrote into them: ThreadSanitizer caught a reduction writing into a freed vector.
-// So the worker copies the input into memory of its own, releases the caller's buffers before
-// Gloo runs (a failed work's wait then returns at once), and writes the result back only if the
-// work has not failed meanwhile, holding the buffers again for that copy
-// (WorkState::hold_unless_finished). It costs a copy in and a copy out per collective: 4 ranks
-// on 2 cores over loopback took 136 ms at 64 MiB against 103 ms for raw Gloo (docs/performance.md),
-// where Gloo on the caller's buffers was within 3% of it. One rank alone calls no Gloo and
-// copies directly.
+// Note [Gloo on the caller's buffers]
+// Gloo runs on the caller's buffers: the all-reduce in place in the output (the input copied
+// there first when it is elsewhere), the broadcast in the output, the all-gather in the output
+// with this rank's part copied into place first. A wait for a work that failed returns only once
+// its buffers are given back (Note [Buffers after a failure]): the caller frees them while
+// unwinding, so nothing may write into them after that. Two things write into them during a
+// collective: Gloo's transport, receiving, and the worker thread, in cohort's own code (the
+// copies before and after, and the reduction, which Gloo calls). So the abort that follows every
+// failure:
+// 1. fails Gloo's pairs (Note [Aborting Gloo]), or closes them where it cannot; either way each
+//    pair is closed under its lock, so once that returns the transport writes into no buffer;
+// 2. takes the mutex under which the worker makes each of its writes, waiting for one under way,
+//    and marks the buffers let go: a later write throws instead (write_unless_let_go);
+// 3. fails the collective running and gives its buffers back, without waiting for the worker to
+//    come out of Gloo.
+// Those three make it safe. Failing the pairs, rather than closing them, is what makes the worker
+// come out at once, so that it is joined when the communicator goes (Note [Host worker
+// teardown]); a receive that was already under way is not among the operations Gloo wakes, and
+// its worker stays until Gloo's timeout, harmlessly, its pair closed.
+// Before, the abort only closed Gloo's connections, and ThreadSanitizer caught Gloo's reduction
+// writing into a vector its caller had freed. The answer then was Gloo on the worker's own memory,
+// with a copy in and a copy out per collective: 16-20% of the bus bandwidth from 1 MiB up (136
+// against 103 ms for raw Gloo at 64 MiB, 4 ranks on 2 cores; docs/performance.md). The
+// reduce-scatter still all-reduces a copy of its input (Gloo has no reduce-scatter, and the input
+// is the caller's to keep) and copies this rank's part out. One rank alone calls no Gloo.
 
-/// Copies `bytes` of the result into the caller's buffer unless the work failed meanwhile.
-void write_back(WorkState& work, void* destination, const void* source, std::size_t bytes) {
-  if (bytes == 0 || !work.hold_unless_finished()) {
-    return;
-  }
-  std::memcpy(destination, source, bytes);
-  work.release();
-}
-
-/// Runs one collective on the calling thread, the worker's. Gloo works on `scratch` only, and
-/// the caller's buffers are touched before Gloo runs and, unless the work failed, after.
+/// Runs one collective on the calling thread, the worker's, on the caller's buffers (Note [Gloo on
+/// the caller's buffers]).
 void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
-             const CommContext& ctx, WorkState& work, GlooScratch& scratch) {
+             const CommContext& ctx, const std::shared_ptr<WorkState>& work, GlooRun& run) {
   const auto timeout = ctx.timeout() + kGlooGrace;
+  {
+    const std::lock_guard<std::mutex> lock(run.mutex);
+    COHORT_CHECK(!run.let_go, Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
+    run.work = work;
+  }
+  t_running = &run;
+  const struct Done {
+    GlooRun& run;
+    ~Done() {
+      t_running = nullptr;
+      const std::lock_guard<std::mutex> lock(run.mutex);
+      run.work.reset();
+    }
+  } done{run};
   auto check_not_aborted = [&] {
     COHORT_CHECK(!ctx.aborted(), Error, ctx.describe() + " was aborted: " + ctx.abort_reason());
   };
   if (call.op == CollectiveOp::barrier) {
-    work.release();
     gloo::BarrierOptions options(gloo);
     options.setTimeout(timeout);
     gloo::barrier(options);
@@ -156,19 +203,13 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
     using T = decltype(tag);
     const auto* input = static_cast<const T*>(call.input.data());
     auto* output = static_cast<T*>(call.output.data());
-    // Copies `count` elements of `from` into the scratch, lets go of the caller's buffers and
-    // all-reduces the copy; returns it.
-    auto all_reduce_in_scratch = [&](const T* from, std::size_t count) {
-      T* data = scratch.get<T>(count);
-      std::memcpy(data, from, count * sizeof(T));
-      work.release();
+    auto all_reduce = [&](T* data, std::size_t count) {
       gloo::AllreduceOptions options(gloo);
       options.setOutput(data, count);
       options.setReduceFunction(reduce_function<T>(call.reduce));
       options.setTimeout(timeout);
       gloo::allreduce(options);
       check_not_aborted();
-      return data;
     };
     switch (call.op) {
       case CollectiveOp::all_reduce: {
@@ -176,15 +217,16 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0) {
           return;
         }
-        if (alone) {  // the input is the result (avg divides by one)
-          std::memmove(output, input, call.output.bytes());
+        if (input != output) {  // the input is the result alone (avg divides by one)
+          write_unless_let_go(run, [&] { std::memmove(output, input, call.output.bytes()); });
+        }
+        if (alone) {
           return;
         }
-        T* data = all_reduce_in_scratch(input, count);
+        all_reduce(output, count);
         if (call.reduce == ReduceOp::avg) {
-          divide(data, count, ctx.size());
+          write_unless_let_go(run, [&] { divide(output, count, ctx.size()); });
         }
-        write_back(work, output, data, call.output.bytes());
         return;
       }
       case CollectiveOp::reduce_scatter: {
@@ -195,15 +237,17 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
           return;
         }
         if (alone) {
-          std::memmove(output, input, count * sizeof(T));
+          write_unless_let_go(run, [&] { std::memmove(output, input, count * sizeof(T)); });
           return;
         }
-        T* mine = all_reduce_in_scratch(input, call.input.count()) +
-                  static_cast<std::size_t>(ctx.rank()) * count;
+        T* data = run.scratch_for<T>(call.input.count());
+        std::memcpy(data, input, call.input.bytes());
+        all_reduce(data, call.input.count());
+        T* mine = data + static_cast<std::size_t>(ctx.rank()) * count;
         if (call.reduce == ReduceOp::avg) {
           divide(mine, count, ctx.size());
         }
-        write_back(work, output, mine, count * sizeof(T));
+        write_unless_let_go(run, [&] { std::memmove(output, mine, count * sizeof(T)); });
         return;
       }
       case CollectiveOp::all_gather: {
@@ -211,22 +255,19 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0) {
           return;
         }
+        // This rank's part in place first (Gloo would copy it itself, outside cohort's writes).
+        T* mine = output + (alone ? 0 : static_cast<std::size_t>(ctx.rank()) * count);
+        if (input != mine) {
+          write_unless_let_go(run, [&] { std::memmove(mine, input, count * sizeof(T)); });
+        }
         if (alone) {
-          std::memmove(output, input, count * sizeof(T));
           return;
         }
-        const std::size_t total = count * static_cast<std::size_t>(ctx.size());
-        T* gathered = scratch.get<T>(total + count);
-        T* mine = gathered + total;  // the input may lie inside the output: staged apart
-        std::memcpy(mine, input, count * sizeof(T));
-        work.release();
         gloo::AllgatherOptions options(gloo);
-        options.setInput(mine, count);
-        options.setOutput(gathered, total);
+        options.setOutput(output, count * static_cast<std::size_t>(ctx.size()));
         options.setTimeout(timeout);
         gloo::allgather(options);
         check_not_aborted();
-        write_back(work, output, gathered, total * sizeof(T));
         return;
       }
       case CollectiveOp::broadcast: {
@@ -234,27 +275,38 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         if (count == 0 || alone) {
           return;
         }
-        T* data = scratch.get<T>(count);
-        const bool root = ctx.rank() == call.root;
-        if (root) {
-          std::memcpy(data, output, count * sizeof(T));
-        }
-        work.release();
         gloo::BroadcastOptions options(gloo);
         options.setRoot(call.root);
-        options.setOutput(data, count);
+        options.setOutput(output, count);
         options.setTimeout(timeout);
         gloo::broadcast(options);
         check_not_aborted();
-        if (!root) {
-          write_back(work, output, data, count * sizeof(T));
-        }
         return;
       }
       case CollectiveOp::barrier:
         return;
     }
   });
+}
+
+/// The communicator's abort (Note [Gloo on the caller's buffers]).
+void abort_gloo(gloo::Context& gloo, GlooRun& run, CommContext* owner) noexcept {
+  fail_gloo_operations(gloo, owner != nullptr
+                                 ? owner->describe() + " was aborted: " + owner->abort_reason()
+                                 : std::string("the communicator was aborted"));
+  std::shared_ptr<WorkState> running;
+  {
+    const std::lock_guard<std::mutex> lock(run.mutex);
+    run.let_go = true;
+    running = std::move(run.work);
+  }
+  if (running) {
+    if (owner != nullptr) {
+      fail_collective(*owner, *running, /*timed_out=*/false,
+                      owner->describe() + " was aborted: " + owner->abort_reason());
+    }
+    running->release();
+  }
 }
 
 }  // namespace
@@ -276,8 +328,12 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<CommContext> context,
   }
   gloo_ = connect_gloo_mesh(ctx, device_, ctx.timeout() + kGlooGrace);
   worker_ = HostWorker::start();
-  scratch_ = std::make_shared<GlooScratch>();
-  ctx.set_backend_abort([gloo = gloo_] { gloo->closeConnections(); });
+  run_ = std::make_shared<GlooRun>();
+  ctx.set_backend_abort(
+      [gloo = gloo_, run = run_, context = std::weak_ptr<CommContext>(shared_context())] {
+        const auto owner = context.lock();
+        abort_gloo(*gloo, *run, owner.get());
+      });
   publish_progress(ctx);
 }
 
@@ -294,8 +350,8 @@ void GlooCommunicator::run(const Call& call, const Stream& stream,
   // The task owns what it uses (the Gloo context, the scratch, the work): after an abort it may
   // outlive this communicator (Note [Host worker teardown]).
   run_on_worker(*worker_, stream, work, shared_context(),
-                [call, gloo = gloo_, context = shared_context(), work, scratch = scratch_] {
-                  execute(call, gloo, *context, *work, *scratch);
+                [call, gloo = gloo_, context = shared_context(), work, run = run_] {
+                  execute(call, gloo, *context, work, *run);
                 });
 }
 

@@ -14,8 +14,9 @@
 
 namespace cohort::detail {
 
-/// Memory the worker's Gloo collectives run on (Note [Gloo on its own buffers]).
-struct GlooScratch;
+/// What the worker and the abort share about the collective running (Note [Gloo on the caller's
+/// buffers]).
+struct GlooRun;
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -35,7 +36,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> gloo_;
   std::shared_ptr<HostWorker> worker_;
-  std::shared_ptr<GlooScratch> scratch_;
+  std::shared_ptr<GlooRun> run_;
 };
 
 }  // namespace cohort::detail

@@ -8,7 +8,9 @@
 #include <gloo/transport/pair.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 namespace cohort::detail {
@@ -35,6 +37,7 @@ namespace {
 class MeshContext final : public gloo::Context {
  public:
   MeshContext(int member, int members) : gloo::Context(member, members) {}
+  gloo::transport::Context* transport() const { return transportContext_.get(); }
   void adopt(std::shared_ptr<gloo::transport::Device> device,
              std::shared_ptr<gloo::transport::Context> transport) {
     device_ = std::move(device);
@@ -43,6 +46,30 @@ class MeshContext final : public gloo::Context {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// Note [Failing Gloo's pairs]
+// What Gloo does when one of its waits times out is to fail every pair of the context
+// (tcp::Context::signalException): each pair, under its lock, wakes every operation pending on it
+// with the error, moves to closed and reads into no buffer again. That is the abort Gloo lacks
+// (Note [Aborting Gloo]). The function is exported by libgloo but protected, and its header cannot
+// be included here: Debian's libgloo-dev ships gloo/transport/tcp/context.h without the
+// gloo/common/memory.h it includes. So it is called by its symbol (a non-virtual member taking a
+// string: `this`, then the string's address, in the Itanium C++ ABI), only on a transport context
+// whose dynamic type is tcp::Context; a link against a Gloo without it fails at build time, not at
+// an abort.
+constexpr const char* kTcpContextType = "N4gloo9transport3tcp7ContextE";
+
+}  // namespace
+}  // namespace cohort::detail
+
+/// gloo::transport::tcp::Context::signalException(const std::string&) (Note [Failing Gloo's
+/// pairs]).
+extern "C" void gloo_tcp_context_fail_pairs(void* context, const std::string& why) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11char_"
+    "traitsIcESaIcEEE");
+
+namespace cohort::detail {
+namespace {
 
 class Connecting {
  public:
@@ -70,6 +97,21 @@ class Connecting {
 };
 
 }  // namespace
+
+void fail_gloo_operations(gloo::Context& gloo, const std::string& why) noexcept {
+  try {
+    auto* mesh = dynamic_cast<MeshContext*>(&gloo);
+    gloo::transport::Context* transport = mesh != nullptr ? mesh->transport() : nullptr;
+    if (transport != nullptr && std::strcmp(typeid(*transport).name(), kTcpContextType) == 0) {
+      gloo_tcp_context_fail_pairs(dynamic_cast<void*>(transport), why);
+      return;
+    }
+    gloo.closeConnections();  // another transport: no data after this; waits end at its timeout
+  } catch (const std::exception&) {
+    // Failing the pairs allocates Gloo's error; without memory for it, closing them must do.
+    gloo.closeConnections();
+  }
+}
 
 std::shared_ptr<gloo::Context> connect_gloo_mesh(
     CommContext& context, const std::shared_ptr<gloo::transport::Device>& device,

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 namespace gloo {
 class Context;
@@ -15,6 +16,12 @@ class Device;
 }  // namespace gloo
 
 namespace cohort::detail {
+
+/// Ends every operation of `gloo` at once, on this member and (as its connections close) on the
+/// others: Gloo's waits on its pairs fail with `why` instead of lasting until Gloo's timeout.
+/// After it returns, Gloo's transport writes into no buffer of an operation (Note [Aborting
+/// Gloo]). The communicator's abort; safe from any thread, more than once.
+void fail_gloo_operations(gloo::Context& gloo, const std::string& why) noexcept;
 
 /// Connects a pair between every two members of `context` over `device`, exchanging addresses
 /// through the context's store, and returns once every member has connected all of its pairs

@@ -21,20 +21,20 @@ namespace cohort::detail {
 
 /// Note [Host worker teardown]
 /// A communicator's destructor stops its worker: the worker finishes what is queued, then ends.
-/// Without an abort the destructor joins it. After an abort the worker may still be inside an
-/// operation that nothing can interrupt (Note [Aborting Gloo]): a Gloo operation blocked on a
-/// peer ends only at Gloo's own timeout, the collective's deadline plus a grace. Joining it
-/// unconditionally would hold a failed rank up to a whole deadline. Detaching it always, as was
-/// done before, let the thread outlive `main`: it released the failed communicator's Gloo
-/// context and device while static destructors ran, which ThreadSanitizer reported as a race
-/// with the Gloo device cache's destruction. So the destructor waits for the worker at most
-/// `kAbortedWorkerPatience`, longer than the grace that ends a Gloo operation after a deadline
-/// and far longer than a collective needs to fail on a dead peer: in those cases (the common
-/// ones) the worker is joined and nothing of the communicator survives it. Only a worker still
-/// blocked past that (an operation on a live peer, after an abort from elsewhere) is detached;
-/// its tasks own everything they use (the communicator's context, the Gloo context, which owns
-/// its device), and the only static on that path, the Gloo device cache, is never destroyed
-/// (src/comm/gloo/device.cpp), so no destructor at exit runs under it.
+/// Without an abort the destructor joins it. After an abort the worker leaves its collective at
+/// once on both host transports (a shared-memory wait checks the abort; Gloo's operations are
+/// failed by it, Note [Aborting Gloo]); only a Gloo operation that the abort could not reach (a
+/// transport other than TCP, or a receive already under way) waits for Gloo's own timeout, the
+/// collective's deadline plus a grace. Joining unconditionally would hold a failed rank that long.
+/// Detaching it always, as was done before, let the thread outlive `main`: it released the failed
+/// communicator's Gloo context and device while static destructors ran, which ThreadSanitizer
+/// reported as a race with the Gloo device cache's destruction. So the destructor waits for the
+/// worker at most `kAbortedWorkerPatience`, longer than the grace that ends a Gloo operation after
+/// a deadline and far longer than a collective needs to fail: in those cases (all the common ones)
+/// the worker is joined and nothing of the communicator survives it. Only a worker still blocked
+/// past that is detached; its tasks own everything they use (the communicator's context, the Gloo
+/// context, which owns its device), and the only static on that path, the Gloo device cache, is
+/// never destroyed (src/comm/gloo/device.cpp), so no destructor at exit runs under it.
 /// The same bound as a wait for a failed work's buffers (Note [Buffers after a failure]).
 inline constexpr std::chrono::milliseconds kAbortedWorkerPatience = kReleasePatience;
 
