@@ -5,8 +5,8 @@
 #   python/benchmarks/compare.sh BUILD_DIR [ROUNDS]     # BUILD_DIR: a host-only build with
 #                                                       # tests/python's python-site installed
 # Per round: dist.all_reduce 1 KiB..64 MiB through each backend (allreduce.py), cohort's C++
-# allreduce_bench on the same 4 ranks (shared memory), and DDP on train_mlp's MLP at 77k and
-# 16.9M parameters (ddp_mlp.py). Writes every record to BUILD_DIR/python-compare/*.json and
+# allreduce_bench on the same 4 ranks (torchrun's workers, shared memory), and DDP on
+# train_mlp's MLP at 77k and 16.9M parameters (ddp_mlp.py). Writes every record to BUILD_DIR/python-compare/*.json and
 # prints the summary (summarize.py). The load average is sampled before each program.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,11 +28,15 @@ for round in $(seq 1 "$rounds"); do
     "${torchrun[@]}" "$here/allreduce.py" --backend "$backend" --sizes 1K:64M \
       2>/dev/null | sed "s/^{/{\"round\": $round, /" >>"$out/allreduce.json"
   done
+  # The C++ benchmark on the same kind of ranks (torchrun's workers), read from its JSON record.
   load allreduce_bench "$round"
-  "$build/tools/cohortrun/cohortrun" --nproc-per-node 4 "$build/benchmarks/allreduce_bench" \
-    -b 1K -e 1K -n 500 -w 50 --transport shm 2>/dev/null |
-    awk -v r="$round" '/ shm +1024 /{print "{\"round\": " r ", \"backend\": \"cohort C++\", \"bytes\": 1024, \"us\": " $14 "}"}' \
-    >>"$out/allreduce.json"
+  "${torchrun[@]}" --no-python "$build/benchmarks/allreduce_bench" -b 1K -e 1K -n 500 -w 50 \
+    --transport shm --json "$out/allreduce-bench-$round.json" >/dev/null 2>&1
+  "$python" -c 'import json, sys
+record = json.load(open(sys.argv[1]))["records"][0]
+print(json.dumps({"round": int(sys.argv[2]), "backend": "cohort C++", "bytes": record["bytes"],
+                  "us": record["in_place"]["time_s"] * 1e6}))' \
+    "$out/allreduce-bench-$round.json" "$round" >>"$out/allreduce.json"
   for model in "256 3 200 10" "2048 6 12 2"; do
     read -r hidden layers steps warmup <<<"$model"
     for backend in cohort gloo; do
