@@ -115,6 +115,9 @@ class ShardedEngine {
   void prefetch(std::int64_t unit, Pass pass);
   /// Throws, after aborting the communicator, when the ranks gathered different units.
   void check_tags(std::size_t s);
+  /// What differs between the ranks' tags of `unit` for `pass` (Note [Unit tags]); empty when
+  /// they agree. Reads only the tags and the registry: it also runs on the communication stream.
+  std::string tag_mismatch(std::uint32_t unit, Pass pass) const;
   /// Inside `init`: rank 0's values of the unit to every rank, each keeping its piece.
   void commit(std::size_t s);
 
@@ -144,6 +147,7 @@ class ShardedEngine {
   std::vector<std::uint32_t> unit_segment_;  ///< ZeRO-3: per unit
   Buffer tags_;  ///< ZeRO-3 on the host: per unit and pass, this rank's tag and every rank's
   bool check_tags_ = false;
+  bool check_tags_on_stream_ = false;  // Gloo: a mismatched all-gather must not start (the Note)
   bool initialising_ = false;
   std::vector<Segment> segments_;
   std::vector<bool> marked_;         ///< per parameter, since its segment opened

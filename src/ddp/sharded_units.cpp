@@ -28,6 +28,13 @@ namespace {
 /// unit's name. The tags cost one 8-byte all-gather a unit (about 10 us on shared memory). On
 /// GPUs there is no tag (reading it would wait for the device); a mismatch there is the
 /// watchdog's timeout naming the collective.
+/// Over Gloo (alone or across the nodes of a hierarchical communicator) the mismatched all-gather
+/// must not even start: Gloo receiving a longer message than the receive it posted ends the
+/// process from its own thread (an enforce in tcp::Pair), before any abort can stop it. There the
+/// tags are also checked on the communication stream, between the tags' all-gather and the unit's
+/// (a host task that throws fails the stream, and the unit's all-gather then fails without
+/// running); on shared memory the check stays off the stream, where it would keep small
+/// all-gathers from running inline.
 constexpr std::int64_t kBackwardTag = std::int64_t{1} << 32;
 
 std::int64_t tag_of(std::uint32_t unit, Pass pass) {
@@ -54,6 +61,8 @@ void ShardedEngine::allocate_units() {
   }
   zero_async(param_shard(), compute_);
   check_tags_ = device_.is_host() && ranks_ > 1;
+  check_tags_on_stream_ =
+      check_tags_ && (comm_.backend() == Backend::gloo || comm_.backend() == Backend::hierarchical);
   if (check_tags_) {
     // Per unit and pass: this rank's tag, then every rank's (Note [Unit tags]).
     const std::size_t stride = 1 + static_cast<std::size_t>(ranks_);
@@ -83,6 +92,12 @@ void ShardedEngine::start_gather(std::size_t s, Pass pass, bool prefetch) {
     state.tags = comm_.all_gather(TensorView::of(tags, 1, device_),
                                   TensorView::of(tags + 1, stride - 1, device_), comm_stream_);
     state.tag_pass = pass;
+    if (check_tags_on_stream_) {  // Note [Unit tags]: Gloo must not start a mismatched all-gather
+      comm_stream_.enqueue([this, unit = segment.unit, pass] {
+        const std::string message = tag_mismatch(unit, pass);
+        COHORT_CHECK(message.empty(), InvalidArgument, message);
+      });
+    }
   }
   const TensorView whole = slot_view(*gathered_units_, state.param_slot, segment.slice.count);
   const TensorView mine = piece_of(params_, s);
@@ -93,18 +108,13 @@ void ShardedEngine::start_gather(std::size_t s, Pass pass, bool prefetch) {
   gathered_[s].record(comm_stream_);
 }
 
-void ShardedEngine::check_tags(std::size_t s) {
-  Segment& state = segments_[s];
-  if (!check_tags_ || state.tags.sequence() == 0) return;
-  const std::uint32_t unit = layout_.segments[s].unit;
-  state.tags.wait();
-  state.tags = Work();
+std::string ShardedEngine::tag_mismatch(std::uint32_t unit, Pass pass) const {
   const std::size_t stride = 1 + static_cast<std::size_t>(ranks_);
   const std::int64_t* all = static_cast<const std::int64_t*>(tags_.data()) +
-                            (2 * unit + (state.tag_pass == Pass::backward ? 1 : 0)) * stride + 1;
+                            (2 * unit + (pass == Pass::backward ? 1 : 0)) * stride + 1;
   bool same = true;
   for (int r = 0; r < ranks_; ++r) same = same && all[r] == all[rank_];
-  if (same) return;
+  if (same) return {};
   std::string what;
   const std::size_t units = registry_.units().size();
   for (int r = 0; r < ranks_; ++r) {
@@ -118,9 +128,17 @@ void ShardedEngine::check_tags(std::size_t s) {
       what += " is in another collective";
     }
   }
-  const std::string message =
-      "ZeRO-3: the ranks do not gather the same unit (" + what +
-      "); every rank must gather and release the same units in the same order";
+  return "ZeRO-3: the ranks do not gather the same unit (" + what +
+         "); every rank must gather and release the same units in the same order";
+}
+
+void ShardedEngine::check_tags(std::size_t s) {
+  Segment& state = segments_[s];
+  if (!check_tags_ || state.tags.sequence() == 0) return;
+  state.tags.wait();
+  state.tags = Work();
+  const std::string message = tag_mismatch(layout_.segments[s].unit, state.tag_pass);
+  if (message.empty()) return;
   comm_.abort(message);  // the mismatched all-gathers behind the tags must not be waited for
   COHORT_FAIL(InvalidArgument, message);
 }
