@@ -291,9 +291,10 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
 
 /// The communicator's abort (Note [Gloo on the caller's buffers]).
 void abort_gloo(gloo::Context& gloo, GlooRun& run, CommContext* owner) noexcept {
-  fail_gloo_operations(gloo, owner != nullptr
-                                 ? owner->describe() + " was aborted: " + owner->abort_reason()
-                                 : std::string("the communicator was aborted"));
+  const std::string why = owner != nullptr
+                              ? owner->describe() + " was aborted: " + owner->abort_reason()
+                              : std::string("the communicator was aborted");
+  fail_gloo_operations(gloo, why);
   std::shared_ptr<WorkState> running;
   {
     const std::lock_guard<std::mutex> lock(run.mutex);
@@ -302,8 +303,7 @@ void abort_gloo(gloo::Context& gloo, GlooRun& run, CommContext* owner) noexcept 
   }
   if (running) {
     if (owner != nullptr) {
-      fail_collective(*owner, *running, /*timed_out=*/false,
-                      owner->describe() + " was aborted: " + owner->abort_reason());
+      fail_collective(*owner, *running, /*timed_out=*/false, why);
     }
     running->release();
   }
@@ -347,7 +347,7 @@ void* GlooCommunicator::native_handle() const noexcept {
 
 void GlooCommunicator::run(const Call& call, const Stream& stream,
                            const std::shared_ptr<WorkState>& work) {
-  // The task owns what it uses (the Gloo context, the scratch, the work): after an abort it may
+  // The task owns what it uses (the Gloo context, the run's state, the work): after an abort it may
   // outlive this communicator (Note [Host worker teardown]).
   run_on_worker(*worker_, stream, work, shared_context(),
                 [call, gloo = gloo_, context = shared_context(), work, run = run_] {
