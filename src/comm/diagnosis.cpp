@@ -1,10 +1,13 @@
 #include "comm/diagnosis.hpp"
 
+#include "comm/call_signature.hpp"
+
 #include <cohort/core/logging.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -84,10 +87,12 @@ std::string store_node(const CommContext& context) {
 
 void write_progress(CommContext& context, std::int64_t answered) noexcept {
   try {
+    const auto [pending, signature] = context.recorder->oldest_unfinished();
     context.monitor_store->set("progress/" + std::to_string(context.rank()),
                                std::to_string(context.issued.load()) + " " +
                                    std::to_string(context.recorder->last_finished()) + " " +
-                                   std::to_string(unix_millis()) + " " + std::to_string(answered));
+                                   std::to_string(unix_millis()) + " " + std::to_string(answered) +
+                                   " " + std::to_string(pending) + " " + std::to_string(signature));
   } catch (const std::exception& error) {
     COHORT_LOG(debug) << "could not publish progress of " << context.describe() << ": "
                       << error.what();
@@ -101,6 +106,8 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
     std::uint64_t issued = 0;
     std::int64_t at = 0;
     std::int64_t answered = 0;
+    std::uint64_t pending = 0;    // the oldest collective it had not finished
+    std::uint64_t signature = 0;  // that one's call (Note [Call signatures])
   };
   std::vector<Progress> progress(static_cast<std::size_t>(context.size()));
   try {
@@ -121,7 +128,8 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
           continue;
         }
         std::istringstream fields(context.monitor_store->get(key, std::chrono::seconds(2)));
-        fields >> p.issued >> p.at >> p.at >> p.answered;  // issued, finished (unused), time
+        // issued, finished (unused), time, answered, pending, signature
+        fields >> p.issued >> p.at >> p.at >> p.answered >> p.pending >> p.signature;
         p.published = true;
         all_answered = all_answered && (p.answered >= request || p.answered < settled);
       }
@@ -155,6 +163,8 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
   std::vector<bool> silent_members(static_cast<std::size_t>(context.size()), false);
   std::string not_arrived;
   std::string silent;
+  std::string different;
+  const std::optional<std::uint64_t> mine = context.recorder->signature(sequence);
   for (int member = 0; member < context.size(); ++member) {
     if (member == context.rank()) {
       continue;
@@ -177,9 +187,23 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
     if (p.issued < sequence) {
       not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
                      std::to_string(p.issued) + ")";
+    } else if (mine && p.pending == sequence && p.signature != *mine) {
+      different +=
+          (different.empty() ? "" : ", ") + name + " called " + describe_signature(p.signature);
     }
   }
+  // Note [Different calls at one point]
+  // A transport that does not compare the calls itself (Gloo, whose messages for different calls
+  // meet nowhere: Note [Gloo tags from the call]; NCCL, which may hang on them) leaves ranks that
+  // called different collectives at one point waiting until the deadline, every one of them
+  // having issued its call. Each rank publishes, with its progress, the signature of its oldest
+  // collective not finished, so the ranks still waiting in #sequence say what they called there.
   std::string text;
+  if (!different.empty()) {
+    text += "ranks called different collectives as #" + std::to_string(sequence) + ": " +
+            different + ", where rank " + std::to_string(context.global_rank(context.rank())) +
+            " (this rank) called " + describe_signature(*mine) + ". ";
+  }
   if (!not_arrived.empty()) {
     text += "ranks that had not arrived: " + not_arrived + ". ";
   }

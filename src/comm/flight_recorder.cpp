@@ -1,5 +1,7 @@
 #include "comm/flight_recorder.hpp"
 
+#include "comm/call_signature.hpp"
+
 #include <algorithm>
 #include <sstream>
 
@@ -25,6 +27,27 @@ void FlightRecorder::finished(std::uint64_t sequence, CollectiveRecord::State st
   if (sequence > last_finished_.load()) {
     last_finished_.store(sequence);
   }
+}
+
+std::pair<std::uint64_t, std::uint64_t> FlightRecorder::oldest_unfinished() const {
+  std::pair<std::uint64_t, std::uint64_t> oldest{0, 0};
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (const Entry& entry : entries_) {
+    if (entry.used && entry.record.state == CollectiveRecord::State::issued &&
+        (oldest.first == 0 || entry.record.sequence < oldest.first)) {
+      oldest = {entry.record.sequence, call_signature(entry.record)};
+    }
+  }
+  return oldest;
+}
+
+std::optional<std::uint64_t> FlightRecorder::signature(std::uint64_t sequence) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const Entry& entry = entries_[sequence % kCapacity];
+  if (entry.used && entry.record.sequence == sequence) {
+    return call_signature(entry.record);
+  }
+  return std::nullopt;
 }
 
 std::vector<CollectiveRecord> FlightRecorder::snapshot(Clock::time_point now) const {

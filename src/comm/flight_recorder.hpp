@@ -14,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cohort::detail {
@@ -29,6 +31,13 @@ class FlightRecorder {
 
   /// The highest sequence number that has finished (completed or failed).
   std::uint64_t last_finished() const noexcept { return last_finished_.load(); }
+
+  /// The call of the oldest collective not yet finished, as call_signature() words it, and its
+  /// sequence number; {0, 0} when every one recorded has finished.
+  std::pair<std::uint64_t, std::uint64_t> oldest_unfinished() const;
+
+  /// The call of collective `sequence` as call_signature() words it, if it is still recorded.
+  std::optional<std::uint64_t> signature(std::uint64_t sequence) const;
 
   /// Oldest first, with ages as of `now`.
   std::vector<CollectiveRecord> snapshot(Clock::time_point now) const;

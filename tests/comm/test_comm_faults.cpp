@@ -173,6 +173,60 @@ TEST(Faults, MismatchedCallsAreCaughtByTheDebugCheck) {
   EXPECT_THAT(message, HasSubstr("rank 1"));
 }
 
+// Without the debug check, ranks that call different counts fail, naming both calls, on every
+// transport: shared memory compares the calls each round (Note [Shared-memory call signatures]);
+// over Gloo the calls' messages meet nowhere (Note [Gloo tags from the call]), so they fail at
+// the deadline and the diagnosis names them (Note [Different calls at one point]). Before, Gloo
+// ended the process from its own thread on the longer message.
+TEST(Faults, RanksThatCallDifferentCountsAreNamedWithBothCalls) {
+  const auto timeout = std::chrono::milliseconds(2000);
+  for (const cohort::CollectiveOp op :
+       {cohort::CollectiveOp::all_reduce, cohort::CollectiveOp::all_gather}) {
+    SCOPED_TRACE(std::string(cohort::to_string(op)));
+    std::vector<std::string> messages(3);
+    std::vector<double> waited(3, -1.0);
+    try {
+      cohort::run_local(
+          3,
+          [&](cohort::World& world) {
+            const cohort::Stream stream = cohort::Stream::create(cohort::Device::host());
+            const auto r = static_cast<std::size_t>(world.rank());
+            const std::size_t count = world.rank() == 1 ? 5 : 4;
+            std::vector<float> data(count, 1.0f);
+            std::vector<float> gathered(count * 3);
+            world.comm().barrier(stream).wait();
+            const auto issued = Clock::now();
+            try {
+              if (op == cohort::CollectiveOp::all_reduce) {
+                world.comm()
+                    .all_reduce(std::span<float>(data), cohort::ReduceOp::sum, stream)
+                    .wait();
+              } else {
+                world.comm()
+                    .all_gather(std::span<float>(data), std::span<float>(gathered), stream)
+                    .wait();
+              }
+            } catch (const cohort::Error& error) {
+              waited[r] = seconds_since(issued);
+              messages[r] = error.what();
+              throw;
+            }
+          },
+          options_with_timeout(timeout));
+      ADD_FAILURE() << "mismatched counts were not caught";
+    } catch (const cohort::Error&) {
+    }
+    const std::string called = std::string(cohort::to_string(op)) + " of ";
+    for (std::size_t r = 0; r < 3; ++r) {
+      EXPECT_GE(waited[r], 0.0) << "rank " << r << " did not fail";
+      EXPECT_LT(waited[r], 2.0 + 5.0) << "rank " << r;
+      EXPECT_THAT(messages[r], HasSubstr(called + "5 x f32")) << "rank " << r;
+      EXPECT_THAT(messages[r], HasSubstr(called + "4 x f32")) << "rank " << r;
+      EXPECT_THAT(messages[r], HasSubstr("rank 1")) << "rank " << r;
+    }
+  }
+}
+
 TEST(Faults, DebugCheckPassesMatchingCalls) {
   cohort::WorldOptions options = options_with_timeout(std::chrono::seconds(30));
   options.debug_collectives = true;

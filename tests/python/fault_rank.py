@@ -33,10 +33,13 @@ def main():
         elif SCENARIO == "absent":
             time.sleep(TIMEOUT + 20)  # never calls; ended by the test
             return
-        elif SCENARIO == "mismatched":
+        elif SCENARIO in ("mismatched", "counts"):
             start = time.monotonic()
             try:
-                dist.broadcast(torch.ones(256), src=0)
+                if SCENARIO == "mismatched":
+                    dist.broadcast(torch.ones(256), src=0)
+                else:
+                    dist.all_reduce(torch.ones(1000))
                 record["error"] = None
             except Exception as error:  # noqa: BLE001 (the test reads what it was)
                 record.update(type=type(error).__name__, error=str(error))

@@ -1,5 +1,6 @@
 #include "comm/gloo/communicator.hpp"
 
+#include "comm/call_signature.hpp"
 #include "comm/gloo/device.hpp"
 #include "comm/gloo/mesh.hpp"
 #include "comm/host/select.hpp"
@@ -170,6 +171,20 @@ void divide(T* data, std::size_t count, int divisor) {
 // reduce-scatter still all-reduces a copy of its input (Gloo has no reduce-scatter, and the input
 // is the caller's to keep) and copies this rank's part out. One rank alone calls no Gloo.
 
+// Note [Gloo tags from the call]
+// Every Gloo collective of a communicator used to run with tag 0, so ranks that called different
+// counts (a bug in the program) exchanged messages of different lengths on one slot, and Gloo's
+// transport, finding a message longer than the receive posted for it, failed an enforce on its
+// own event-loop thread: std::terminate, the process gone before cohort's deadline could name
+// anything (seen with ZeRO-3's unit all-gathers; Note [Unit tags]). Each collective's tag is now
+// 32 bits of its call signature (Note [Call signatures]): ranks that called different things
+// post their sends and receives on different slots, Gloo's rendezvous (a send waits for the
+// peer's notice that a receive is ready on its slot) matches none of them, and nothing moves.
+// The collective then passes its deadline like any hang, and the diagnosis names the ranks and
+// both calls (Note [Different calls at one point]). Calls that match keep one tag, so Gloo's
+// per-pair order still pairs consecutive equal collectives. The cost is nothing per collective;
+// two different calls collide on a tag with a chance of 2^-32, and then fail as before.
+
 /// Runs one collective on the calling thread, the worker's, on the caller's buffers (Note [Gloo on
 /// the caller's buffers]).
 void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context>& gloo,
@@ -199,6 +214,8 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
     return;
   }
   const bool alone = ctx.size() == 1;
+  // Note [Gloo tags from the call]
+  const std::uint32_t slot_tag = signature_tag(call_signature(call));
   visit_dtype(call.input.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const auto* input = static_cast<const T*>(call.input.data());
@@ -207,6 +224,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
       gloo::AllreduceOptions options(gloo);
       options.setOutput(data, count);
       options.setReduceFunction(reduce_function<T>(call.reduce));
+      options.setTag(slot_tag);
       options.setTimeout(timeout);
       gloo::allreduce(options);
       check_not_aborted();
@@ -265,6 +283,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         }
         gloo::AllgatherOptions options(gloo);
         options.setOutput(output, count * static_cast<std::size_t>(ctx.size()));
+        options.setTag(slot_tag);
         options.setTimeout(timeout);
         gloo::allgather(options);
         check_not_aborted();
@@ -278,6 +297,7 @@ void execute(const Communicator::Call& call, const std::shared_ptr<gloo::Context
         gloo::BroadcastOptions options(gloo);
         options.setRoot(call.root);
         options.setOutput(output, count);
+        options.setTag(slot_tag);
         options.setTimeout(timeout);
         gloo::broadcast(options);
         check_not_aborted();

@@ -1,12 +1,12 @@
 #include "comm/shm/collectives.hpp"
 
+#include "comm/call_signature.hpp"
 #include "comm/shm/reduce.hpp"
 
 #include <cohort/core/error.hpp>
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 #include <vector>
 
 namespace cohort::detail {
@@ -66,61 +66,11 @@ std::uint64_t ShmEngine::begin_round(ShmSegment::Clock::time_point deadline,
 // Note [Shared-memory call signatures]
 // Ranks that issue different collectives at the same point (an all_reduce against a broadcast,
 // or another count) would otherwise run them against each other's slots: wrong results, or a
-// hang until the deadline that blames nobody. So each round carries the call in one 64-bit word
-// beside the rank's pid (op, reduce op, dtype, root, count), written before the rank posts
-// `arrived`; after waiting for the others' `arrived` (the root's, in a broadcast) a rank compares
-// theirs with its own and fails, naming the rank and both calls, on a difference. The cost is a
-// store and n loads per round. A count too large for its 44 bits (16 Ti elements) is compared
-// modulo 2^44.
-namespace {
-
-std::uint64_t signature_of(const Communicator::Call& call) {
-  std::size_t count = 0;
-  switch (call.op) {
-    case CollectiveOp::all_reduce:
-    case CollectiveOp::reduce_scatter:
-    case CollectiveOp::broadcast:
-      count = call.output.count();
-      break;
-    case CollectiveOp::all_gather:
-      count = call.input.count();
-      break;
-    case CollectiveOp::barrier:
-      break;
-  }
-  const bool reduces =
-      call.op == CollectiveOp::all_reduce || call.op == CollectiveOp::reduce_scatter;
-  const std::uint64_t root =
-      call.op == CollectiveOp::broadcast ? static_cast<std::uint64_t>(call.root) : 0;
-  const std::uint64_t dtype =
-      call.op == CollectiveOp::barrier ? 0 : static_cast<std::uint64_t>(call.input.dtype());
-  const std::uint64_t reduce = reduces ? static_cast<std::uint64_t>(call.reduce) : 0;
-  constexpr std::uint64_t kCountMask = (std::uint64_t{1} << 44) - 1;
-  return (static_cast<std::uint64_t>(call.op) << 61) | (reduce << 58) | (dtype << 55) |
-         ((root & 0x7ff) << 44) | (static_cast<std::uint64_t>(count) & kCountMask);
-}
-
-}  // namespace
-
-std::string describe_signature(std::uint64_t signature) {
-  const auto op = static_cast<CollectiveOp>(signature >> 61);
-  const auto reduce = static_cast<ReduceOp>((signature >> 58) & 7);
-  const auto dtype = static_cast<DType>((signature >> 55) & 7);
-  const std::uint64_t root = (signature >> 44) & 0x7ff;
-  const std::uint64_t count = signature & ((std::uint64_t{1} << 44) - 1);
-  std::ostringstream text;
-  text << to_string(op);
-  if (op != CollectiveOp::barrier) {
-    text << " of " << count << " x " << to_string(dtype);
-    if (op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter) {
-      text << " " << to_string(reduce);
-    }
-    if (op == CollectiveOp::broadcast) {
-      text << " from root " << root;
-    }
-  }
-  return text.str();
-}
+// hang until the deadline that blames nobody. So each round carries the call's signature (Note
+// [Call signatures]) beside the rank's pid, written before the rank posts `arrived`; after
+// waiting for the others' `arrived` (the root's, in a broadcast) a rank compares theirs with its
+// own and fails, naming the rank and both calls, on a difference. The cost is a store and n loads
+// per round.
 
 void ShmEngine::check_signatures(int rank, std::uint64_t seq, const CommContext& context) const {
   for (int r = rank >= 0 ? rank : 0; r < (rank >= 0 ? rank + 1 : ranks_); ++r) {
@@ -139,7 +89,7 @@ void ShmEngine::check_signatures(int rank, std::uint64_t seq, const CommContext&
 
 void ShmEngine::execute(const Communicator::Call& call, ShmSegment::Clock::time_point deadline,
                         const CommContext& context) {
-  signature_ = signature_of(call);
+  signature_ = call_signature(call);
   if (call.op == CollectiveOp::barrier) {
     if (ranks_ > 1) {
       const std::uint64_t seq = begin_round(deadline, context);

@@ -1,5 +1,7 @@
 #include "comm/shm/segment.hpp"
 
+#include "comm/call_signature.hpp"
+
 #include <cohort/core/error.hpp>
 #include <cohort/core/logging.hpp>
 

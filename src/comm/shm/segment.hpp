@@ -29,10 +29,6 @@
 
 namespace cohort::detail {
 
-/// A collective's signature as the segment holds it ("all_reduce of 1024 x f32 sum"; defined in
-/// collectives.cpp, which makes them).
-std::string describe_signature(std::uint64_t signature);
-
 class ShmSegment {
  public:
   enum class Flag : int { arrived = 1, reduced = 2, done = 3 };
