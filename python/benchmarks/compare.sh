@@ -4,8 +4,9 @@
 #
 #   python/benchmarks/compare.sh BUILD_DIR [ROUNDS]     # BUILD_DIR: a host-only build with
 #                                                       # tests/python's python-site installed
-# Per round: dist.all_reduce 1 KiB..64 MiB through each backend (allreduce.py), cohort's C++
-# allreduce_bench on the same 4 ranks (torchrun's workers, shared memory), and DDP on
+# Per round: dist.all_reduce 1 KiB..64 MiB through each backend (allreduce.py), 1 KiB through
+# cohort's c10d backend called directly, cohort's C++ allreduce_bench on the same 4 ranks
+# (torchrun's workers, shared memory), and DDP on
 # train_mlp's MLP at 77k and 16.9M parameters (ddp_mlp.py). Writes every record to BUILD_DIR/python-compare/*.json and
 # prints the summary (summarize.py). The load average is sampled before each program.
 set -euo pipefail
@@ -28,9 +29,15 @@ for round in $(seq 1 "$rounds"); do
     "${torchrun[@]}" "$here/allreduce.py" --backend "$backend" --sizes 1K:64M \
       2>/dev/null | sed "s/^{/{\"round\": $round, /" >>"$out/allreduce.json"
   done
-  # The C++ benchmark on the same kind of ranks (torchrun's workers), read from its JSON record.
+  # The same 1 KiB through cohort's c10d backend called directly: the backend's own time per
+  # call, without torch.distributed's Python layer.
+  load allreduce-cohort-backend "$round"
+  "${torchrun[@]}" "$here/allreduce.py" --backend cohort --via backend --sizes 1K:1K \
+    2>/dev/null | sed "s/^{/{\"round\": $round, /" >>"$out/allreduce.json"
+  # The C++ benchmark on the same kind of ranks (torchrun's workers), read from its JSON record,
+  # warmed up as long as allreduce.py warms up (0.5 s at least).
   load allreduce_bench "$round"
-  "${torchrun[@]}" --no-python "$build/benchmarks/allreduce_bench" -b 1K -e 1K -n 500 -w 50 \
+  "${torchrun[@]}" --no-python "$build/benchmarks/allreduce_bench" -b 1K -e 1K -n 500 -w 10000 \
     --transport shm --json "$out/allreduce-bench-$round.json" >/dev/null 2>&1
   "$python" -c 'import json, sys
 record = json.load(open(sys.argv[1]))["records"][0]

@@ -20,22 +20,40 @@ def size_name(n):
 def main():
     folder = sys.argv[1]
     times = defaultdict(list)
+    rounds = defaultdict(dict)  # (program, size) -> {round: us}
     for record in read(f"{folder}/allreduce.json"):
-        times[(record["backend"], record["bytes"])].append(record["us"])
+        program = record["backend"]
+        if record.get("via") == "backend":
+            program += " backend"
+        times[(program, record["bytes"])].append(record["us"])
+        rounds[(program, record["bytes"])][record.get("round")] = record["us"]
+
+    def median(program, size):
+        values = times.get((program, size))
+        return statistics.median(values) if values else None
+
+    def per_round(a, b, size):
+        """a / b in each round that ran both."""
+        both = sorted(set(rounds[(a, size)]) & set(rounds[(b, size)]), key=str)
+        return ", ".join(f"{rounds[(a, size)][r] / rounds[(b, size)][r]:.2f}" for r in both)
+
     sizes = sorted({b for (_, b) in times})
-    print("| size | cohort | gloo | gloo / cohort | cohort C++ allreduce_bench | cohort / C++ |")
-    print("|---|---|---|---|---|---|")
+    print("| size | cohort | gloo | gloo / cohort | cohort's c10d backend called directly "
+          "| cohort C++ allreduce_bench | cohort / C++ |")
+    print("|---|---|---|---|---|---|---|")
     for size in sizes:
-        cohort = statistics.median(times[("cohort", size)]) if times[("cohort", size)] else None
-        gloo = statistics.median(times[("gloo", size)]) if times[("gloo", size)] else None
-        cpp = times.get(("cohort C++", size))
-        cpp = statistics.median(cpp) if cpp else None
+        cohort, gloo = median("cohort", size), median("gloo", size)
+        direct, cpp = median("cohort backend", size), median("cohort C++", size)
         cells = [size_name(size), f"{cohort:.1f} us" if cohort else "", f"{gloo:.1f} us" if gloo else "",
-                 f"{gloo / cohort:.2f}x" if cohort and gloo else "", f"{cpp:.1f} us" if cpp else "",
+                 f"{gloo / cohort:.2f}x" if cohort and gloo else "",
+                 f"{direct:.1f} us" if direct else "", f"{cpp:.1f} us" if cpp else "",
                  f"{cohort / cpp:.2f}x" if cohort and cpp else ""]
         print("| " + " | ".join(cells) + " |")
         if cohort and gloo:
             print(f"<!-- {size_name(size)} per round: cohort {times[('cohort', size)]}, gloo {times[('gloo', size)]} -->")
+        if cohort and cpp:
+            print(f"<!-- {size_name(size)} cohort / C++ per round: {per_round('cohort', 'cohort C++', size)}; "
+                  f"backend called directly / C++: {per_round('cohort backend', 'cohort C++', size)} -->")
     ddp = defaultdict(list)
     losses = {}
     for record in read(f"{folder}/ddp.json"):
