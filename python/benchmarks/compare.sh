@@ -6,7 +6,7 @@
 #                                                       # tests/python's python-site installed
 # Per round: dist.all_reduce 1 KiB..64 MiB through each backend (allreduce.py), 1 KiB through
 # cohort's c10d backend called directly, cohort's C++ allreduce_bench on the same 4 ranks
-# (torchrun's workers, shared memory), and DDP on
+# (torchrun's workers, shared memory), and DDP (and its compute alone, no all-reduce) on
 # train_mlp's MLP at 77k and 16.9M parameters (ddp_mlp.py). Writes every record to BUILD_DIR/python-compare/*.json and
 # prints the summary (summarize.py). The load average is sampled before each program.
 set -euo pipefail
@@ -46,9 +46,11 @@ print(json.dumps({"round": int(sys.argv[2]), "backend": "cohort C++", "bytes": r
     "$out/allreduce-bench-$round.json" "$round" >>"$out/allreduce.json"
   for model in "256 3 200 10" "2048 6 12 2"; do
     read -r hidden layers steps warmup <<<"$model"
-    for backend in cohort gloo; do
-      load "ddp-$hidden-$backend" "$round"
-      "${torchrun[@]}" "$here/ddp_mlp.py" --backend "$backend" --hidden "$hidden" \
+    # The last run has no all-reduce at all: the step time no transport can go below.
+    for backend in cohort gloo "gloo --compute-only"; do
+      load "ddp-$hidden-${backend// /}" "$round"
+      # shellcheck disable=SC2086  # "gloo --compute-only" is two words
+      "${torchrun[@]}" "$here/ddp_mlp.py" --backend $backend --hidden "$hidden" \
         --layers "$layers" --steps "$steps" --warmup "$warmup" 2>/dev/null |
         sed "s/^{/{\"round\": $round, /" >>"$out/ddp.json"
     done

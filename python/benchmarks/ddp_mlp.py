@@ -5,9 +5,14 @@ step's loss averaged over the ranks, so that two backends' runs can be compared 
 
     torchrun --nproc-per-node 4 ddp_mlp.py --backend cohort --hidden 256 --layers 3
     torchrun --nproc-per-node 4 ddp_mlp.py --backend gloo --hidden 2048 --layers 6 --steps 30
+
+--compute-only runs every step under DDP's no_sync(): the same ranks, model, batch and optimizer
+with no gradient all-reduce, the step time that no transport can go below (its losses are each
+rank's own, not the synchronized model's).
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -37,6 +42,8 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--compute-only", action="store_true",
+                        help="no gradient all-reduce (DDP's no_sync): the compute bound")
     args = parser.parse_args()
     if args.backend == "cohort":
         import cohort  # noqa: F401  (registers the backend)
@@ -59,8 +66,9 @@ def main():
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), labels)
-        loss.backward()
+        with model.no_sync() if args.compute_only else contextlib.nullcontext():
+            loss = loss_fn(model(inputs), labels)
+            loss.backward()
         optimizer.step()
         losses.append(loss.detach())
 
@@ -79,6 +87,7 @@ def main():
     if rank == 0:
         print(json.dumps({
             "backend": args.backend,
+            "compute_only": args.compute_only,
             "torch_version": torch.__version__,
             "ranks": ranks,
             "parameters": sum(p.numel() for p in model.parameters()),

@@ -57,21 +57,30 @@ def main():
     ddp = defaultdict(list)
     losses = {}
     for record in read(f"{folder}/ddp.json"):
+        if record.get("compute_only"):
+            ddp[(record["parameters"], "compute only")].append(record["samples_per_second"])
+            continue
         ddp[(record["parameters"], record["backend"])].append(record["samples_per_second"])
         losses[(record["parameters"], record["backend"], record["round"])] = record["losses"]
     print()
-    print("| parameters | cohort samples/s | gloo samples/s | cohort / gloo | per round (cohort; gloo) | largest loss difference |")
-    print("|---|---|---|---|---|---|")
+    print("| parameters | cohort samples/s | gloo samples/s | cohort / gloo | per round (cohort; gloo) "
+          "| largest loss difference | no all-reduce (samples/s) | its / gloo: the highest cohort / gloo |")
+    print("|---|---|---|---|---|---|---|---|")
     for parameters in sorted({p for (p, _) in ddp}):
         c, g = ddp[(parameters, "cohort")], ddp[(parameters, "gloo")]
         worst = 0.0
         for (p, b, r), values in losses.items():
             if p == parameters and b == "cohort" and (p, "gloo", r) in losses:
                 worst = max([worst] + [abs(x - y) for x, y in zip(values, losses[(p, "gloo", r)])])
+        bound = ddp.get((parameters, "compute only"))
+        bound_cells = (f"{statistics.median(bound):.0f} | "
+                       f"{statistics.median(bound) / statistics.median(g):.2f}x" if bound and g
+                       else " | ")
         if c and g:
             print(f"| {parameters:,} | {statistics.median(c):.0f} | {statistics.median(g):.0f} | "
                   f"{statistics.median(c) / statistics.median(g):.2f}x | "
-                  f"{', '.join(f'{x:.0f}' for x in c)}; {', '.join(f'{x:.0f}' for x in g)} | {worst:.1e} |")
+                  f"{', '.join(f'{x:.0f}' for x in c)}; {', '.join(f'{x:.0f}' for x in g)} | {worst:.1e} "
+                  f"| {bound_cells} |")
     loads = [r["load"] for r in read(f"{folder}/load.json")]
     if loads:
         print(f"\nload average (1 min) before the programs: {min(loads):.1f} to {max(loads):.1f}, "

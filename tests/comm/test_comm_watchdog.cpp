@@ -1,7 +1,9 @@
 // The watchdog against backends that misbehave in ways only a GPU shows for real (a completion
 // probe that throws on a sticky CUDA error, a collective stuck inside the backend's enqueue),
 // played here by host stand-ins built on the library's own internals.
+#include "comm/call_signature.hpp"
 #include "comm/context.hpp"
+#include "comm/flight_recorder.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/work_state.hpp"
 
@@ -19,6 +21,7 @@
 #include <future>
 #include <memory>
 #include <random>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <thread>
@@ -251,6 +254,87 @@ TEST(EventPool, AMarkFoundDoneGivesItsEventBackBeforeItsHolderLetsGo) {
   stream.synchronize();
   EXPECT_TRUE(second->ready());
   EXPECT_EQ(pool.free_count(), 1u);
+}
+
+// Note [Call signatures]: calls that differ in any field get different words and, over Gloo,
+// different tags; equal calls get equal ones; and the word reads back as the call.
+TEST(CallSignatures, DifferentCallsGetDifferentTagsAndReadBack) {
+  using cohort::CollectiveOp;
+  using cohort::DType;
+  using cohort::ReduceOp;
+  using cohort::detail::call_signature;
+  using cohort::detail::describe_signature;
+  using cohort::detail::signature_tag;
+  std::set<std::uint64_t> words;
+  std::set<std::uint32_t> tags;
+  int calls = 0;
+  for (const CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter,
+                                CollectiveOp::all_gather, CollectiveOp::broadcast}) {
+    for (const ReduceOp reduce : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+      if (!reduces && reduce != ReduceOp::sum) {
+        continue;  // the reduction is no part of a call that does not reduce
+      }
+      for (const DType dtype : cohort::kAllDTypes) {
+        for (const int root : {0, 1, 7}) {
+          if (op != CollectiveOp::broadcast && root != 0) {
+            continue;
+          }
+          for (const std::size_t count :
+               {std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{1000},
+                std::size_t{1024}, std::size_t{1} << 30}) {
+            const std::uint64_t word = call_signature(op, reduce, dtype, root, count);
+            words.insert(word);
+            tags.insert(signature_tag(word));
+            ++calls;
+          }
+        }
+      }
+    }
+  }
+  words.insert(call_signature(CollectiveOp::barrier, ReduceOp::sum, DType::u8, 0, 0));
+  tags.insert(signature_tag(*words.rbegin()));
+  ++calls;
+  EXPECT_EQ(words.size(), static_cast<std::size_t>(calls));
+  EXPECT_EQ(tags.size(), static_cast<std::size_t>(calls));
+  // Fields that a call does not use do not change it.
+  EXPECT_EQ(call_signature(CollectiveOp::all_gather, ReduceOp::max, DType::f32, 3, 8),
+            call_signature(CollectiveOp::all_gather, ReduceOp::sum, DType::f32, 0, 8));
+  EXPECT_EQ(describe_signature(
+                call_signature(CollectiveOp::all_reduce, ReduceOp::avg, DType::bf16, 0, 1024)),
+            "all_reduce of 1024 x bf16 avg");
+  EXPECT_EQ(
+      describe_signature(call_signature(CollectiveOp::broadcast, ReduceOp::sum, DType::i64, 2, 8)),
+      "broadcast of 8 x i64 from root 2");
+  EXPECT_EQ(
+      describe_signature(call_signature(CollectiveOp::barrier, ReduceOp::sum, DType::f32, 0, 99)),
+      "barrier");
+}
+
+// What a rank publishes for Note [Different calls at one point]: its oldest collective not
+// finished, and the call of any collective it still records.
+TEST(FlightRecorder, TheOldestUnfinishedCollectiveAndItsCall) {
+  cohort::detail::FlightRecorder recorder;
+  EXPECT_EQ(recorder.oldest_unfinished(), (std::pair<std::uint64_t, std::uint64_t>{0, 0}));
+  const auto now = cohort::detail::FlightRecorder::Clock::now();
+  for (std::uint64_t sequence = 1; sequence <= 3; ++sequence) {
+    cohort::CollectiveRecord record;
+    record.sequence = sequence;
+    record.op = cohort::CollectiveOp::all_gather;
+    record.dtype = cohort::DType::f32;
+    record.count = 4 + sequence;
+    recorder.issued(record, now);
+  }
+  recorder.finished(1, cohort::CollectiveRecord::State::completed, now);
+  const auto [pending, word] = recorder.oldest_unfinished();
+  EXPECT_EQ(pending, 2u);
+  EXPECT_EQ(cohort::detail::describe_signature(word), "all_gather of 6 x f32");
+  ASSERT_TRUE(recorder.signature(1).has_value());
+  EXPECT_EQ(cohort::detail::describe_signature(*recorder.signature(1)), "all_gather of 5 x f32");
+  EXPECT_FALSE(recorder.signature(4).has_value());
+  recorder.finished(2, cohort::CollectiveRecord::State::failed, now);
+  recorder.finished(3, cohort::CollectiveRecord::State::completed, now);
+  EXPECT_EQ(recorder.oldest_unfinished().first, 0u);
 }
 
 TEST(GraphCapture, AHostStreamIsNeverCapturing) {
