@@ -99,16 +99,53 @@ void write_progress(CommContext& context, std::int64_t answered) noexcept {
   }
 }
 
+namespace {
+
+/// What a member published of its progress, as a diagnosis read it.
+struct Progress {
+  bool published = false;
+  std::uint64_t issued = 0;
+  std::int64_t at = 0;
+  std::int64_t answered = 0;
+  std::uint64_t pending = 0;    // the oldest collective it had not finished
+  std::uint64_t signature = 0;  // that one's call (Note [Call signatures])
+};
+
+// Note [Different calls at one point]
+// A transport that does not compare the calls itself (Gloo, whose messages for different calls
+// meet nowhere: Note [Gloo tags from the call]; NCCL, which may hang on them) leaves ranks that
+// called different collectives at one point waiting until the deadline, every one of them
+// having issued its call. Each rank publishes, with its progress, the signature of its oldest
+// collective not finished, so the ranks still waiting in #sequence say what they called there.
+// Progress a second old says it as truly as fresh progress: a rank whose oldest unfinished
+// collective was #sequence is still in it, since #sequence cannot finish here.
+std::string different_calls(const CommContext& context, std::uint64_t sequence,
+                            const std::vector<Progress>& progress) {
+  const std::optional<std::uint64_t> mine = context.recorder->signature(sequence);
+  if (!mine) {
+    return "";
+  }
+  std::string different;
+  for (int member = 0; member < context.size(); ++member) {
+    const Progress& p = progress[static_cast<std::size_t>(member)];
+    if (member != context.rank() && p.published && p.pending == sequence && p.signature != *mine) {
+      different += (different.empty() ? "" : ", ") + std::string("rank ") +
+                   std::to_string(context.global_rank(member)) + " called " +
+                   describe_signature(p.signature);
+    }
+  }
+  if (different.empty()) {
+    return "";
+  }
+  return "ranks called different collectives as #" + std::to_string(sequence) + ": " + different +
+         ", where rank " + std::to_string(context.global_rank(context.rank())) +
+         " (this rank) called " + describe_signature(*mine) + ". ";
+}
+
+}  // namespace
+
 std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
                                 ProgressRequests* requests) {
-  struct Progress {
-    bool published = false;
-    std::uint64_t issued = 0;
-    std::int64_t at = 0;
-    std::int64_t answered = 0;
-    std::uint64_t pending = 0;    // the oldest collective it had not finished
-    std::uint64_t signature = 0;  // that one's call (Note [Call signatures])
-  };
   std::vector<Progress> progress(static_cast<std::size_t>(context.size()));
   try {
     // Ask for fresh progress and give every watchdog a moment to answer.
@@ -145,7 +182,12 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   } catch (const std::exception& error) {
-    return "the store could not be read to find which ranks had not arrived (" +
+    // Which ranks arrived is not known now (Note [What a silent rank last said]); what the ranks
+    // read before the store went can still say that one called something else here (Note
+    // [Different calls at one point]): the store's host, a rank, may have raised the same
+    // deadline's error a moment sooner and exited.
+    return different_calls(context, sequence, progress) +
+           "the store could not be read to find which ranks had not arrived (" +
            std::string(error.what()) +
            "); the process that hosts it (rank 0 or cohortrun) may have died." +
            store_node(context) + " ";
@@ -163,8 +205,6 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
   std::vector<bool> silent_members(static_cast<std::size_t>(context.size()), false);
   std::string not_arrived;
   std::string silent;
-  std::string different;
-  const std::optional<std::uint64_t> mine = context.recorder->signature(sequence);
   for (int member = 0; member < context.size(); ++member) {
     if (member == context.rank()) {
       continue;
@@ -187,23 +227,9 @@ std::string diagnose_stragglers(CommContext& context, std::uint64_t sequence,
     if (p.issued < sequence) {
       not_arrived += (not_arrived.empty() ? "" : ", ") + name + " (last issued #" +
                      std::to_string(p.issued) + ")";
-    } else if (mine && p.pending == sequence && p.signature != *mine) {
-      different +=
-          (different.empty() ? "" : ", ") + name + " called " + describe_signature(p.signature);
     }
   }
-  // Note [Different calls at one point]
-  // A transport that does not compare the calls itself (Gloo, whose messages for different calls
-  // meet nowhere: Note [Gloo tags from the call]; NCCL, which may hang on them) leaves ranks that
-  // called different collectives at one point waiting until the deadline, every one of them
-  // having issued its call. Each rank publishes, with its progress, the signature of its oldest
-  // collective not finished, so the ranks still waiting in #sequence say what they called there.
-  std::string text;
-  if (!different.empty()) {
-    text += "ranks called different collectives as #" + std::to_string(sequence) + ": " +
-            different + ", where rank " + std::to_string(context.global_rank(context.rank())) +
-            " (this rank) called " + describe_signature(*mine) + ". ";
-  }
+  std::string text = different_calls(context, sequence, progress);
   if (!not_arrived.empty()) {
     text += "ranks that had not arrived: " + not_arrived + ". ";
   }
