@@ -59,6 +59,10 @@ def main():
         record["error_file_written"] = os.path.exists(error_file)
     json.dump(record, open(os.environ["OUT"], "w"))
     sys.stdout.flush()
+    if rank == 0:
+        # Rank 0 hosts the TCPStore here; under torchrun the agent hosts it and outlives the
+        # ranks. FAULT_STORE_LINGER keeps it up that long for the other ranks' diagnoses.
+        time.sleep(float(os.environ.get("FAULT_STORE_LINGER", "0")))
     # A rank whose group failed leaves at once, as a program that does not catch the error would.
     os._exit(1 if record.get("error") else 0)
 
