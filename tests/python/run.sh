@@ -11,7 +11,7 @@
 #   tests/python/run.sh BUILD_DIR faults         # killed, absent and mismatched ranks
 #   tests/python/run.sh BUILD_DIR exit           # ranks that leave without destroy_process_group
 #   tests/python/run.sh BUILD_DIR torch_suite    # PyTorch's distributed_test, collectives on CPU
-#                                                # (about 20 minutes: only with
+#                                                # (5 to 25 minutes: only with
 #                                                # COHORT_TEST_TORCH_SUITE=1; report in BUILD_DIR)
 #
 # The package is built by pip from this checkout, in the virtual environment scripts/test.sh
@@ -118,7 +118,7 @@ case "$test" in
     ;;
   torch_suite)
     if [ "${COHORT_TEST_TORCH_SUITE:-0}" != 1 ]; then
-      echo "skipped: PyTorch's distributed_test takes about 20 minutes here; run it with" \
+      echo "skipped: PyTorch's distributed_test takes 5 to 25 minutes here; run it with" \
            "COHORT_TEST_TORCH_SUITE=1 (ctest -R python.torch_suite)"
       exit 77
     fi

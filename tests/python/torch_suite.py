@@ -48,6 +48,9 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 )
 
 
+POINT_TO_POINT = re.compile(r"^test_(send_recv|isend|irecv|batch_isend)")
+
+
 class TestDistBackendWithSpawnCOHORT(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
@@ -59,6 +62,15 @@ def main():
     pattern = re.compile(sys.argv[2] if len(sys.argv) > 2 else r"^test_")
     names = sorted(n for n in unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawnCOHORT)
                    if pattern.search(n))
+    # The suite has no feature flag for point-to-point, which cohort does not run (its send and
+    # recv raise NotImplementedError naming the call, tested in python.torch_backend): its tests
+    # are reported skipped, with that reason, instead of erroring in their ranks.
+    for name in names:
+        if POINT_TO_POINT.search(name):
+            setattr(TestDistBackendWithSpawnCOHORT, name, unittest.skip(
+                "cohort has no point-to-point (send, recv, isend, irecv): NotImplementedError "
+                "naming the call; use a second group with another backend")(
+                    getattr(TestDistBackendWithSpawnCOHORT, name)))
     suite = unittest.TestSuite(TestDistBackendWithSpawnCOHORT(n) for n in names)
 
     class Recorder(unittest.TextTestResult):
