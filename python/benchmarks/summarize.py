@@ -19,17 +19,18 @@ def size_name(n):
 
 def main():
     folder = sys.argv[1]
-    times = defaultdict(list)
     rounds = defaultdict(dict)  # (program, size) -> {round: us}
     for record in read(f"{folder}/allreduce.json"):
         program = record["backend"]
         if record.get("via") == "backend":
             program += " backend"
-        times[(program, record["bytes"])].append(record["us"])
         rounds[(program, record["bytes"])][record.get("round")] = record["us"]
 
+    def times(program, size):
+        return list(rounds[(program, size)].values()) if (program, size) in rounds else []
+
     def median(program, size):
-        values = times.get((program, size))
+        values = times(program, size)
         return statistics.median(values) if values else None
 
     def per_round(a, b, size):
@@ -37,7 +38,7 @@ def main():
         both = sorted(set(rounds[(a, size)]) & set(rounds[(b, size)]), key=str)
         return ", ".join(f"{rounds[(a, size)][r] / rounds[(b, size)][r]:.2f}" for r in both)
 
-    sizes = sorted({b for (_, b) in times})
+    sizes = sorted({b for (_, b) in rounds})
     print("| size | cohort | gloo | gloo / cohort | cohort's c10d backend called directly "
           "| cohort C++ allreduce_bench | cohort / C++ |")
     print("|---|---|---|---|---|---|---|")
@@ -50,7 +51,7 @@ def main():
                  f"{cohort / cpp:.2f}x" if cohort and cpp else ""]
         print("| " + " | ".join(cells) + " |")
         if cohort and gloo:
-            print(f"<!-- {size_name(size)} per round: cohort {times[('cohort', size)]}, gloo {times[('gloo', size)]} -->")
+            print(f"<!-- {size_name(size)} per round: cohort {times('cohort', size)}, gloo {times('gloo', size)} -->")
         if cohort and cpp:
             print(f"<!-- {size_name(size)} cohort / C++ per round: {per_round('cohort', 'cohort C++', size)}; "
                   f"backend called directly / C++: {per_round('cohort backend', 'cohort C++', size)} -->")

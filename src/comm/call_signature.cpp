@@ -3,6 +3,17 @@
 #include <sstream>
 
 namespace cohort::detail {
+namespace {
+
+// The word's fields, high to low: op (3 bits), reduce op (3), dtype (3), root (11), count (44).
+constexpr int kOpShift = 61;
+constexpr int kReduceShift = 58;
+constexpr int kDTypeShift = 55;
+constexpr int kRootShift = 44;
+constexpr std::uint64_t kRootMask = 0x7ff;
+constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kRootShift) - 1;
+
+}  // namespace
 
 std::uint64_t call_signature(CollectiveOp op, ReduceOp reduce, DType dtype, int root,
                              std::size_t count) noexcept {
@@ -14,9 +25,9 @@ std::uint64_t call_signature(CollectiveOp op, ReduceOp reduce, DType dtype, int 
   const std::uint64_t reduce_bits = reduces ? static_cast<std::uint64_t>(reduce) : 0;
   const std::uint64_t count_bits =
       op == CollectiveOp::barrier ? 0 : static_cast<std::uint64_t>(count);
-  constexpr std::uint64_t kCountMask = (std::uint64_t{1} << 44) - 1;
-  return (static_cast<std::uint64_t>(op) << 61) | (reduce_bits << 58) | (dtype_bits << 55) |
-         ((root_bits & 0x7ff) << 44) | (count_bits & kCountMask);
+  return (static_cast<std::uint64_t>(op) << kOpShift) | (reduce_bits << kReduceShift) |
+         (dtype_bits << kDTypeShift) | ((root_bits & kRootMask) << kRootShift) |
+         (count_bits & kCountMask);
 }
 
 std::uint64_t call_signature(const Communicator::Call& call) noexcept {
@@ -30,11 +41,11 @@ std::uint64_t call_signature(const CollectiveRecord& record) noexcept {
 }
 
 std::string describe_signature(std::uint64_t signature) {
-  const auto op = static_cast<CollectiveOp>(signature >> 61);
-  const auto reduce = static_cast<ReduceOp>((signature >> 58) & 7);
-  const auto dtype = static_cast<DType>((signature >> 55) & 7);
-  const std::uint64_t root = (signature >> 44) & 0x7ff;
-  const std::uint64_t count = signature & ((std::uint64_t{1} << 44) - 1);
+  const auto op = static_cast<CollectiveOp>(signature >> kOpShift);
+  const auto reduce = static_cast<ReduceOp>((signature >> kReduceShift) & 7);
+  const auto dtype = static_cast<DType>((signature >> kDTypeShift) & 7);
+  const std::uint64_t root = (signature >> kRootShift) & kRootMask;
+  const std::uint64_t count = signature & kCountMask;
   std::ostringstream text;
   text << to_string(op);
   if (op != CollectiveOp::barrier) {

@@ -32,8 +32,8 @@ class FlightRecorder {
   /// The highest sequence number that has finished (completed or failed).
   std::uint64_t last_finished() const noexcept { return last_finished_.load(); }
 
-  /// The call of the oldest collective not yet finished, as call_signature() words it, and its
-  /// sequence number; {0, 0} when every one recorded has finished.
+  /// The oldest collective not yet finished: {its sequence number, its call as call_signature()
+  /// words it}; {0, 0} when every one recorded has finished.
   std::pair<std::uint64_t, std::uint64_t> oldest_unfinished() const;
 
   /// The call of collective `sequence` as call_signature() words it, if it is still recorded.
