@@ -31,9 +31,9 @@ std::uint64_t call_signature(CollectiveOp op, ReduceOp reduce, DType dtype, int 
 }
 
 std::uint64_t call_signature(const Communicator::Call& call) noexcept {
-  const std::size_t count =
-      call.op == CollectiveOp::all_gather ? call.input.count() : call.output.count();
-  return call_signature(call.op, call.reduce, call.input.dtype(), call.root, count);
+  // The elements each rank contributes, as the flight recorder counts them, so that a mismatch
+  // found in a round and one found by the diagnosis name the same count.
+  return call_signature(call.op, call.reduce, call.input.dtype(), call.root, call.input.count());
 }
 
 std::uint64_t call_signature(const CollectiveRecord& record) noexcept {

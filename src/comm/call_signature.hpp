@@ -20,11 +20,12 @@ namespace cohort::detail {
 std::uint64_t call_signature(CollectiveOp op, ReduceOp reduce, DType dtype, int root,
                              std::size_t count) noexcept;
 
-/// The call as shared memory compares it: the count is the output's (the input's for an
-/// all-gather), each rank's part.
+/// The call as a transport compares it (shared memory's rounds, Gloo's tags). Both overloads
+/// count the elements each rank contributes (the input's), so that a call reads back the same
+/// from either.
 std::uint64_t call_signature(const Communicator::Call& call) noexcept;
 
-/// The call as the flight recorder holds it: the count is what each rank contributes.
+/// The call as the flight recorder holds it.
 std::uint64_t call_signature(const CollectiveRecord& record) noexcept;
 
 /// "all_reduce of 1024 x f32 sum", "broadcast of 8 x i64 from root 2", "barrier".

@@ -311,6 +311,43 @@ TEST(CallSignatures, DifferentCallsGetDifferentTagsAndReadBack) {
       "barrier");
 }
 
+// A call reads back the same from the transport's side and from the flight recorder's: a
+// reduce-scatter is named by what each rank contributes, not by its part of the result.
+TEST(CallSignatures, TheCallAndItsRecordAgree) {
+  using cohort::CollectiveOp;
+  std::vector<float> input(8);
+  std::vector<float> output(2);
+  const cohort::TensorView in(input.data(), input.size(), cohort::DType::f32,
+                              cohort::Device::host());
+  const cohort::TensorView out(output.data(), output.size(), cohort::DType::f32,
+                               cohort::Device::host());
+  const cohort::TensorView part(input.data(), 2, cohort::DType::f32, cohort::Device::host());
+  struct Case {
+    CollectiveOp op;
+    cohort::TensorView input;
+    cohort::TensorView output;
+    int root;
+  };
+  for (const Case& c : {Case{CollectiveOp::reduce_scatter, in, out, -1},
+                        Case{CollectiveOp::all_gather, part, in, -1},
+                        Case{CollectiveOp::all_reduce, in, in, -1},
+                        Case{CollectiveOp::broadcast, in, in, 3}}) {
+    const cohort::Communicator::Call call{c.op, c.input, c.output, cohort::ReduceOp::avg, c.root};
+    cohort::CollectiveRecord record;
+    record.op = c.op;
+    record.dtype = cohort::DType::f32;
+    record.reduce = cohort::ReduceOp::avg;
+    record.count = c.input.count();
+    record.root = c.root;
+    EXPECT_EQ(cohort::detail::call_signature(call), cohort::detail::call_signature(record))
+        << cohort::to_string(c.op);
+  }
+  EXPECT_EQ(cohort::detail::describe_signature(cohort::detail::call_signature(
+                cohort::Communicator::Call{CollectiveOp::reduce_scatter, in, out,
+                                           cohort::ReduceOp::sum, -1})),
+            "reduce_scatter of 8 x f32 sum");
+}
+
 // What a rank publishes for Note [Different calls at one point]: its oldest collective not
 // finished, and the call of any collective it still records.
 TEST(FlightRecorder, TheOldestUnfinishedCollectiveAndItsCall) {
