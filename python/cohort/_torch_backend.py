@@ -123,6 +123,30 @@ def register():
     dist.Backend.register_backend(
         BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"]
     )
+    _record_on_our_own()
+
+
+def _record_on_our_own():
+    """Note [torch's flight recorder and cohort's]
+
+    torch 2.15 attaches its backend-neutral flight recorder hook (c10d::FlightRecorderHook) to
+    every group whose backend is not on its list of backends that record their own collectives
+    (gloo, nccl's legacy path, xccl, fake). Its pre-hook files an entry with a captured Python
+    traceback for each collective, and its post-hook can only retire it at issue time for a
+    backend without completion hooks, as cohort's: it never reads "completed", and without abort
+    hooks nothing dumps it on a failure. It cost 1.7 us of the 5.1 us of a 1 KiB
+    `dist.all_reduce` on one rank (3.4 us with TORCH_FR_BUFFER_SIZE=0; 2026-12-05), a third of the
+    call, on every collective, while gloo, on the list, pays nothing. cohort records every
+    collective itself (its flight recorder, and the diagnosis that names the rank and the call
+    at the deadline: docs/reliability.md), so it joins that list, as gloo is on it. The list is
+    torch's private set `_FR_SELF_RECORDING_BACKENDS`; a torch without it (2.11) attaches no such
+    hook to third-party backends, and nothing is done.
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    recording = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if isinstance(recording, set):
+        recording.add(BACKEND_NAME)
 
 
 @atexit.register

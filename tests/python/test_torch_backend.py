@@ -34,6 +34,13 @@ def main():
         dist.init_process_group("cohort", timeout=timedelta(seconds=60))
     r, n = dist.get_rank(), dist.get_world_size()
     assert dist.get_backend() == "cohort", dist.get_backend()
+    # cohort records its collectives itself: torch (2.15) attaches its generic flight recorder
+    # hook, a captured traceback per collective, to no group of cohort's (Note [torch's flight
+    # recorder and cohort's] in cohort/_torch_backend.py). Older torch has no such hook.
+    world = dist.distributed_c10d._world
+    if hasattr(world, "pg_flight_recorder_hooks"):
+        assert "cohort" in dist.distributed_c10d._FR_SELF_RECORDING_BACKENDS
+        assert dist.group.WORLD not in world.pg_flight_recorder_hooks, "torch's FR hook attached"
 
     # all_reduce: every op, dtypes cohort reduces, complex as pairs, bool with min/max
     expected = {dist.ReduceOp.SUM: sum(range(1, n + 1)), dist.ReduceOp.AVG: (n + 1) / 2,
@@ -136,6 +143,8 @@ def main():
         dist.all_reduce(t, group=group)
         assert (t == sum(members)).all(), t
         assert dist.get_world_size(group) == 2
+        if hasattr(world, "pg_flight_recorder_hooks"):
+            assert group not in world.pg_flight_recorder_hooks, "torch's FR hook on a subgroup"
     odd = dist.new_group([i for i in range(n) if i % 2 == 1])
     if r % 2 == 1:
         t = torch.ones(1)
