@@ -5,6 +5,11 @@ step's loss averaged over the ranks, so that two backends' runs can be compared 
 
     torchrun --nproc-per-node 4 ddp_mlp.py --backend cohort --hidden 256 --layers 3
     torchrun --nproc-per-node 4 ddp_mlp.py --backend gloo --hidden 2048 --layers 6 --steps 30
+    torchrun --nproc-per-node 2 ddp_mlp.py --backend cohort --device cuda
+
+--device cuda trains on GPU LOCAL_RANK (modulo the GPUs visible): the model is made and seeded on
+the CPU and then moved, so its start is the same bits as on the CPU; the timing synchronizes the
+GPU. The timing and the losses are all-reduced as CPU tensors either way.
 
 --compute-only runs every step under DDP's no_sync(): the same ranks, model, batch and optimizer
 with no gradient all-reduce, the step time that no transport can go below (its losses are each
@@ -42,18 +47,28 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--compute-only", action="store_true",
                         help="no gradient all-reduce (DDP's no_sync): the compute bound")
     args = parser.parse_args()
     if args.backend == "cohort":
         import cohort  # noqa: F401  (registers the backend)
     torch.set_num_threads(1)  # one core's worth per rank, as cohort's host ranks
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: this torch sees no CUDA device")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
+                              % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     dist.init_process_group(args.backend)
     rank, ranks = dist.get_rank(), dist.get_world_size()
     if args.global_batch % ranks != 0:
         raise SystemExit("--global-batch must be a multiple of the number of ranks")
     torch.manual_seed(args.seed)
-    model = nn.parallel.DistributedDataParallel(build_model(args.hidden, args.layers))
+    model = nn.parallel.DistributedDataParallel(
+        build_model(args.hidden, args.layers).to(device),
+        device_ids=[device] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.002)
     loss_fn = nn.CrossEntropyLoss()
     local = args.global_batch // ranks
@@ -61,6 +76,11 @@ def main():
     centers = torch.randn(10, 32, generator=torch.Generator().manual_seed(args.seed))
     labels = torch.randint(0, 10, (local,), generator=generator)
     inputs = centers[labels] + 0.5 * torch.randn(local, 32, generator=generator)
+    inputs, labels = inputs.to(device), labels.to(device)
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     losses = []
 
@@ -74,20 +94,24 @@ def main():
 
     for _ in range(args.warmup):
         step()
+    synchronize()
     dist.barrier()
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
+    synchronize()
     dist.barrier()
     seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    mean_losses = torch.stack(losses).to(torch.float64)
+    mean_losses = torch.stack(losses).to("cpu", torch.float64)
     dist.all_reduce(mean_losses)
     mean_losses /= ranks
     if rank == 0:
         print(json.dumps({
             "backend": args.backend,
             "compute_only": args.compute_only,
+            "device": args.device,
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "torch_version": torch.__version__,
             "ranks": ranks,
             "parameters": sum(p.numel() for p in model.parameters()),
