@@ -328,10 +328,10 @@ TEST(CallSignatures, TheCallAndItsRecordAgree) {
     cohort::TensorView output;
     int root;
   };
-  for (const Case& c : {Case{CollectiveOp::reduce_scatter, in, out, -1},
-                        Case{CollectiveOp::all_gather, part, in, -1},
-                        Case{CollectiveOp::all_reduce, in, in, -1},
-                        Case{CollectiveOp::broadcast, in, in, 3}}) {
+  for (const Case& c :
+       {Case{CollectiveOp::reduce_scatter, in, out, -1},
+        Case{CollectiveOp::all_gather, part, in, -1}, Case{CollectiveOp::all_reduce, in, in, -1},
+        Case{CollectiveOp::broadcast, in, in, 3}}) {
     const cohort::Communicator::Call call{c.op, c.input, c.output, cohort::ReduceOp::avg, c.root};
     cohort::CollectiveRecord record;
     record.op = c.op;
@@ -342,10 +342,10 @@ TEST(CallSignatures, TheCallAndItsRecordAgree) {
     EXPECT_EQ(cohort::detail::call_signature(call), cohort::detail::call_signature(record))
         << cohort::to_string(c.op);
   }
-  EXPECT_EQ(cohort::detail::describe_signature(cohort::detail::call_signature(
-                cohort::Communicator::Call{CollectiveOp::reduce_scatter, in, out,
-                                           cohort::ReduceOp::sum, -1})),
-            "reduce_scatter of 8 x f32 sum");
+  EXPECT_EQ(
+      cohort::detail::describe_signature(cohort::detail::call_signature(cohort::Communicator::Call{
+          CollectiveOp::reduce_scatter, in, out, cohort::ReduceOp::sum, -1})),
+      "reduce_scatter of 8 x f32 sum");
 }
 
 // What a rank publishes for Note [Different calls at one point]: its oldest collective not
