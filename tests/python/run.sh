@@ -51,7 +51,10 @@ build_package() {
     "$python" -m pip install -q nanobind scikit-build-core
   fi
   local start=$SECONDS
-  local defines=(-C cmake.define.COHORT_WITH_CUDA=$with_cuda) variable value
+  # Warnings are errors here, as in every build of the project's own (pyproject.toml turns
+  # them off for users' installs).
+  local defines=(-C cmake.define.COHORT_WITH_CUDA=$with_cuda -C cmake.define.COHORT_WARNINGS_AS_ERRORS=ON)
+  local variable value
   for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER CMAKE_CUDA_COMPILER CMAKE_CUDA_ARCHITECTURES; do
     value=$(from_cache $variable)
     [ -z "$value" ] || defines+=(-C "cmake.define.$variable=$value")
