@@ -139,8 +139,8 @@ def _record_on_our_own():
     call, on every collective, while gloo, on the list, pays nothing. cohort records every
     collective itself (its flight recorder, and the diagnosis that names the rank and the call
     at the deadline: docs/reliability.md), so it joins that list, as gloo is on it. The list is
-    torch's private set `_FR_SELF_RECORDING_BACKENDS`; a torch without it (2.11) attaches no such
-    hook to third-party backends, and nothing is done.
+    torch's private set `_FR_SELF_RECORDING_BACKENDS`; where a torch has no such set, nothing is
+    done.
     """
     import torch.distributed.distributed_c10d as c10d
 
