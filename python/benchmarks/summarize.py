@@ -27,7 +27,7 @@ def main():
         rounds[(program, record["bytes"])][record.get("round")] = record["us"]
 
     def times(program, size):
-        return list(rounds[(program, size)].values()) if (program, size) in rounds else []
+        return list(rounds.get((program, size), {}).values())
 
     def median(program, size):
         values = times(program, size)
